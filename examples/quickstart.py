@@ -1,0 +1,108 @@
+"""The main job for now: a team, a workflow and two conversations driven through the manager.
+
+Run it with ``python examples/quickstart.py``. It prints what happened and
+exits non-zero if any of the runtime's promises did not hold.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import threading
+
+from victor_actors import (
+    GlobalStateManager,
+    ScopeAccessError,
+    StateChanged,
+    TransitionBatch,
+    VersionConflictError,
+)
+
+
+def main() -> int:
+    events: list[StateChanged] = []
+    with GlobalStateManager.open() as manager:
+        glob = manager.get_global_state()
+        team = manager.get_team_state("team-a")
+        workflow = manager.get_workflow_state("wf-1", team_id="team-a")
+        alice = manager.get_conversation_state("alice", workflow_id="wf-1", team_id="team-a")
+        bob = manager.get_conversation_state("bob", workflow_id="wf-1", team_id="team-a")
+        done = threading.Event()
+
+        def on_change(event: StateChanged) -> None:
+            events.append(event)
+            if event.new_version == 3:
+                done.set()
+
+        alice.subscribe(on_change)
+
+        glob.update({"model": "local-test-model"})
+        team.update({"goal": "ship the report", "counter": 0})
+        workflow.apply(TransitionBatch().update_stage("drafting").update_state("step", 1))
+
+        # Each agent works in its own conversation.
+        alice.apply(
+            TransitionBatch()
+            .add_message({"role": "user", "content": "Draft the summary."})
+            .update_state("draft", "v1")
+            .execute_tool("search", {"query": "quarterly figures"})
+        )
+        bob.apply(TransitionBatch().add_message({"role": "user", "content": "Review the draft."}))
+
+        # Optimistic concurrency on the shared team counter, from two threads.
+        def bump(n: int) -> None:
+            for _ in range(n):
+                while True:
+                    snap = team.snapshot()
+                    try:
+                        team.apply(
+                            TransitionBatch().update_state("counter", snap.get_state("counter") + 1),
+                            expected_version=snap.version,
+                        )
+                        break
+                    except VersionConflictError:
+                        continue
+
+        threads = [threading.Thread(target=bump, args=(100,)) for _ in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+
+        # A bad batch changes nothing.
+        before = alice.version
+        try:
+            alice.apply(TransitionBatch().update_state("x", 1).update_state("y", 2, scope="team"))
+        except ScopeAccessError as exc:
+            print(f"rejected as expected: {type(exc).__name__}")
+        assert alice.version == before
+
+        # The asyncio twins leave the event loop free.
+        async def agent_turn() -> None:
+            await alice.aapply(TransitionBatch().add_message({"role": "assistant", "content": "Done."}))
+            await alice.aupdate({"stage": "complete"})
+
+        asyncio.run(agent_turn())
+        done.wait(5.0)
+
+        snap_a, snap_b = alice.snapshot(), bob.snapshot()
+        print(f"alice v{snap_a.version}: {snap_a.message_count} messages, draft={snap_a.get_state('draft')!r}")
+        print(f"  reads goal from team: {snap_a.get_state('goal')!r}; model from global: {snap_a.get_state('model')!r}")
+        print(f"  pending tool requests: {list(snap_a.pending_tool_requests)}")
+        print(f"bob v{snap_b.version}: {snap_b.message_count} messages")
+        print(f"team v{team.version}: counter={team.get('counter')}")
+        print(f"events seen by alice's subscriber: {[e.new_version for e in events]}")
+
+        ok = (
+            team.get("counter") == 200
+            and snap_b.message_count == 1
+            and snap_a.message_count == 2
+            and all(m not in snap_b.messages for m in snap_a.messages)
+            and [e.new_version for e in events] == [1, 2, 3]
+        )
+    print("all checks passed" if ok else "CHECK FAILED")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

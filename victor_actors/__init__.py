@@ -1,0 +1,80 @@
+"""victor_actors: a state runtime for AI agents, one actor per scope.
+
+Conversations, workflows, teams and the global scope are each owned by one
+pykka actor that serialises their mutations; everyone else reads immutable
+snapshots. See ``docs/architecture.md``.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from victor_actors._errors import (
+    BackpressureError,
+    DeadlineExceededError,
+    RuntimeClosedError,
+    ScopeAccessError,
+    ScopeClosedError,
+    ScopeFailedError,
+    TransitionValidationError,
+    VersionConflictError,
+    VictorActorsError,
+)
+from victor_actors._events import Subscription
+from victor_actors._handle import ScopeHandle
+from victor_actors._manager import GlobalStateManager
+from victor_actors._model import (
+    CoordinatorResult,
+    ScopeRef,
+    StateScope,
+    StateTransition,
+    TransitionBatch,
+    TransitionType,
+)
+from victor_actors._reducer import reduce
+from victor_actors._state import (
+    ContextSnapshot,
+    KeyChange,
+    MapView,
+    MessageLog,
+    ScopeState,
+    StateChanged,
+)
+from victor_actors._values import FrozenDict, freeze, register_converter, thaw
+
+logging.getLogger("victor_actors").addHandler(logging.NullHandler())
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "BackpressureError",
+    "ContextSnapshot",
+    "CoordinatorResult",
+    "DeadlineExceededError",
+    "FrozenDict",
+    "GlobalStateManager",
+    "KeyChange",
+    "MapView",
+    "MessageLog",
+    "RuntimeClosedError",
+    "ScopeAccessError",
+    "ScopeClosedError",
+    "ScopeFailedError",
+    "ScopeHandle",
+    "ScopeRef",
+    "ScopeState",
+    "StateChanged",
+    "StateScope",
+    "StateTransition",
+    "Subscription",
+    "TransitionBatch",
+    "TransitionType",
+    "TransitionValidationError",
+    "VersionConflictError",
+    "VictorActorsError",
+    "__version__",
+    "freeze",
+    "reduce",
+    "register_converter",
+    "thaw",
+]

@@ -1,0 +1,176 @@
+"""The scope actor: the one writer of one scope instance.
+
+It serialises the scope's mutations through its mailbox, asks the pure
+reducer for the next state, publishes the new immutable state in the scope's
+cell (where snapshots read it without a round trip), and hands the change
+event to the event thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pykka
+
+from victor_actors._errors import (
+    DeadlineExceededError,
+    ScopeFailedError,
+    VersionConflictError,
+    VictorActorsError,
+)
+from victor_actors._events import EventBus, Subscription
+from victor_actors._model import StateTransition
+from victor_actors._reducer import reduce
+from victor_actors._state import ScopeState, StateChanged
+
+__all__ = ["ApplyRequest", "AsyncReply", "ScopeActor", "ScopeCell"]
+
+logger = logging.getLogger("victor_actors")
+
+
+class ScopeCell:
+    """What a scope's actor shares with its handles.
+
+    ``state`` is the last committed immutable state; only the actor assigns
+    it, and readers take it with one attribute read. ``subscribers`` is a
+    tuple replaced (never changed in place) when subscriptions change.
+    """
+
+    __slots__ = ("faults", "state", "subscribers")
+
+    def __init__(self, state: ScopeState) -> None:
+        self.state = state
+        self.subscribers: tuple[Subscription, ...] = ()
+        self.faults: list[BaseException | Callable[[], Any]] = []
+
+
+class AsyncReply:
+    """Settles an asyncio future from the actor's thread, without blocking either side."""
+
+    __slots__ = ("future", "loop")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, future: asyncio.Future[Any]) -> None:
+        self.loop = loop
+        self.future = future
+
+    def _call(self, fn: Callable[..., Any], *args: Any) -> None:
+        try:
+            self.loop.call_soon_threadsafe(fn, *args)
+        except RuntimeError:  # the loop was closed; nobody is waiting any more
+            pass
+
+    def ok(self, value: Any) -> None:
+        self._call(_set_result, self.future, value)
+
+    def fail(self, exc: BaseException) -> None:
+        self._call(_set_exception, self.future, exc)
+
+
+def _set_result(future: asyncio.Future[Any], value: Any) -> None:
+    if not future.done():
+        future.set_result(value)
+
+
+def _set_exception(future: asyncio.Future[Any], exc: BaseException) -> None:
+    if not future.done():
+        future.set_exception(exc)
+
+
+class ApplyRequest:
+    """Apply these transitions to the scope, all or nothing."""
+
+    __slots__ = ("deadline", "expected_version", "reply", "run_id", "transitions")
+
+    def __init__(
+        self,
+        transitions: tuple[StateTransition, ...],
+        expected_version: int | None,
+        deadline: float | None,
+        run_id: str | None = None,
+        reply: AsyncReply | None = None,
+    ) -> None:
+        self.transitions = transitions
+        self.expected_version = expected_version
+        self.deadline = deadline
+        self.run_id = run_id
+        self.reply = reply
+
+
+class ScopeActor(pykka.ThreadingActor):
+    """One scope instance's actor. Only this thread ever changes the scope.
+
+    Failure handling: an error the caller can act on (validation, version
+    conflict, closed scope, access) goes back to the caller as itself. Any
+    other exception, and any ``BaseException`` such as ``SystemExit``, while
+    handling a request becomes a :class:`ScopeFailedError` for that caller;
+    the actor's committed state is untouched (the reducer is pure) and it
+    goes on serving. A ``BaseException`` never reaches pykka, which would
+    otherwise stop every actor in the process.
+    """
+
+    use_daemon_thread = True
+
+    def __init__(
+        self, cell: ScopeCell, bus: EventBus, commit_prefix: str, commit_counter: Iterator[int]
+    ) -> None:
+        super().__init__()
+        self._cell = cell
+        self._bus = bus
+        self._commit_prefix = commit_prefix
+        self._commit_counter = commit_counter
+
+    def on_receive(self, message: Any) -> Any:
+        if message.__class__ is ApplyRequest:
+            reply = message.reply
+            if reply is None:
+                return self._apply(message)
+            try:
+                result = self._apply(message)
+            except Exception as exc:
+                reply.fail(exc)
+            else:
+                reply.ok(result)
+            return None
+        return super().on_receive(message)
+
+    def _apply(self, req: ApplyRequest) -> StateChanged:
+        cell = self._cell
+        state = cell.state
+        try:
+            if req.deadline is not None and time.monotonic() > req.deadline:
+                raise DeadlineExceededError(
+                    f"{state.ref}: the request's deadline passed while it waited in the mailbox; "
+                    "nothing was applied"
+                )
+            if cell.faults:
+                fault = cell.faults.pop(0)
+                if isinstance(fault, BaseException):
+                    raise fault
+                fault()
+            if req.expected_version is not None and req.expected_version != state.version:
+                raise VersionConflictError(state.ref, req.expected_version, state.version)
+            new_state, record = reduce(
+                state,
+                req.transitions,
+                commit_id=f"{self._commit_prefix}.{next(self._commit_counter):x}",
+                run_id=req.run_id,
+                timestamp=time.time(),
+            )
+        except VictorActorsError:
+            raise
+        except BaseException as exc:
+            logger.warning("%s failed while handling a request", state.ref, exc_info=True)
+            raise ScopeFailedError(
+                f"{state.ref} failed while handling the request ({type(exc).__name__}: {exc}); "
+                f"nothing was applied and the scope stays at version {state.version}"
+            ) from exc
+        if new_state is not state:
+            cell.state = new_state
+            subscribers = cell.subscribers
+            if subscribers:
+                self._bus.publish(subscribers, record)
+        return record

@@ -1,0 +1,97 @@
+"""The error hierarchy: one root, a few precise children a caller can act on.
+
+Every message says what was wrong and what was left unchanged.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from victor_actors._model import ScopeRef
+
+__all__ = [
+    "BackpressureError",
+    "DeadlineExceededError",
+    "RuntimeClosedError",
+    "ScopeAccessError",
+    "ScopeClosedError",
+    "ScopeFailedError",
+    "TransitionValidationError",
+    "VersionConflictError",
+    "VictorActorsError",
+]
+
+
+class VictorActorsError(Exception):
+    """Root of every error raised by victor_actors."""
+
+
+class TransitionValidationError(VictorActorsError, ValueError):
+    """A transition, batch or value is malformed; nothing was applied.
+
+    Raised when a transition is created with missing or wrong data, when a
+    value cannot be frozen and stored, and when a batch fails inside the
+    reducer (then ``index`` and ``transition_type`` name the failing
+    transition).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        index: int | None = None,
+        transition_type: str | None = None,
+        field: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.index = index
+        self.transition_type = transition_type
+        self.field = field
+
+
+class VersionConflictError(VictorActorsError):
+    """``expected_version`` did not match the scope's current version.
+
+    Nothing was applied. ``current_version`` is the version the scope holds.
+    """
+
+    def __init__(self, ref: ScopeRef, expected: int, current: int) -> None:
+        super().__init__(
+            f"{ref}: expected version {expected} but the scope is at version {current}; nothing was applied"
+        )
+        self.ref = ref
+        self.expected_version = expected
+        self.current_version = current
+
+
+class ScopeAccessError(VictorActorsError):
+    """A request named a scope it may not touch, or an unknown scope; nothing was applied."""
+
+
+class ScopeClosedError(VictorActorsError):
+    """The scope was closed by CLOSE_SESSION; it stays readable but rejects batches."""
+
+
+class ScopeFailedError(VictorActorsError):
+    """The scope's actor failed while handling the request, or is not running.
+
+    The scope's committed state is unchanged by the failed request.
+    """
+
+
+class DeadlineExceededError(VictorActorsError):
+    """A request's deadline passed before it was handled or answered.
+
+    A request that expired while waiting in the mailbox was not applied. A
+    request whose reply did not arrive in time may still be applied later by
+    the actor; the caller can tell by reading the scope's version.
+    """
+
+
+class BackpressureError(VictorActorsError):
+    """A scope's mailbox is full and the request was rejected; nothing was applied."""
+
+
+class RuntimeClosedError(VictorActorsError):
+    """The manager was closed; no further requests are accepted."""

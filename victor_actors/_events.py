@@ -1,0 +1,103 @@
+"""Delivery of change events to subscribers, off the actors' threads.
+
+Actors never call user callbacks themselves: a callback that applied a batch
+to the scope that called it would wait on its own mailbox. Each manager has
+one event thread; an actor hands it (subscribers, event) after a commit, and
+it calls the subscribers in commit order. A callback that raises, even with
+a ``BaseException``, is logged and affects nothing else.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from victor_actors._state import StateChanged
+
+__all__ = ["EventBus", "Subscription"]
+
+logger = logging.getLogger("victor_actors")
+
+_STOP = object()
+
+
+class Subscription:
+    """A live subscription to one scope's change events. ``close()`` ends it."""
+
+    __slots__ = ("_callback", "_closed", "_on_close", "ref")
+
+    def __init__(
+        self, ref: Any, callback: Callable[[StateChanged], object], on_close: Callable[[Subscription], None]
+    ) -> None:
+        self.ref = ref
+        self._callback = callback
+        self._on_close = on_close
+        self._closed = False
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def close(self) -> None:
+        """Stop receiving events. Idempotent; events already queued are dropped."""
+        if not self._closed:
+            self._closed = True
+            self._on_close(self)
+
+    def __enter__(self) -> Subscription:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def deliver(self, event: StateChanged) -> None:
+        if self._closed:
+            return
+        try:
+            self._callback(event)
+        except BaseException:
+            logger.exception("subscriber %r of %s raised; the commit stands", self._callback, self.ref)
+
+
+class EventBus:
+    """One daemon thread that calls subscribers in the order commits happened."""
+
+    def __init__(self, name: str) -> None:
+        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._name = name
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def publish(self, subscribers: tuple[Subscription, ...], event: StateChanged) -> None:
+        if self._thread is None:
+            self._start()
+        self._queue.put((subscribers, event))
+
+    def _start(self) -> None:
+        with self._lock:
+            if self._thread is None:
+                thread = threading.Thread(target=self._run, name=f"{self._name}-events", daemon=True)
+                thread.start()
+                self._thread = thread
+
+    def _run(self) -> None:
+        get = self._queue.get
+        while True:
+            item = get()
+            if item is _STOP:
+                return
+            subscribers, event = item
+            for sub in subscribers:
+                sub.deliver(event)
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Deliver what is queued, then stop the thread (not waiting on itself)."""
+        thread = self._thread
+        if thread is None:
+            return
+        self._queue.put(_STOP)
+        if thread is not threading.current_thread():
+            thread.join(timeout)

@@ -1,0 +1,238 @@
+"""ScopeHandle: what orchestrator code holds to talk to one scope's actor."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import pykka
+
+from victor_actors._actor import ApplyRequest, AsyncReply, ScopeCell
+from victor_actors._errors import (
+    DeadlineExceededError,
+    RuntimeClosedError,
+    ScopeFailedError,
+    TransitionValidationError,
+)
+from victor_actors._events import Subscription
+from victor_actors._model import (
+    CoordinatorResult,
+    ScopeRef,
+    StateTransition,
+    TransitionBatch,
+    TransitionType,
+)
+from victor_actors._state import ContextSnapshot, StateChanged
+from victor_actors._values import thaw
+
+if TYPE_CHECKING:
+    from victor_actors._manager import GlobalStateManager
+
+__all__ = ["BatchLike", "ScopeHandle"]
+
+BatchLike = TransitionBatch | StateTransition | CoordinatorResult | Iterable[StateTransition]
+
+
+def _transitions(batch: BatchLike) -> tuple[StateTransition, ...]:
+    if isinstance(batch, TransitionBatch):
+        ts = batch.transitions
+        for t in ts:
+            if t.transition_type is TransitionType.BATCH:
+                return batch.freeze()
+        return tuple(ts)
+    if isinstance(batch, CoordinatorResult):
+        return batch.transitions.freeze()
+    if isinstance(batch, StateTransition):
+        return tuple(batch.flatten())
+    if isinstance(batch, Iterable) and not isinstance(batch, (str, bytes, Mapping)):
+        return TransitionBatch(batch).freeze()
+    raise TransitionValidationError(
+        f"apply takes a TransitionBatch, a StateTransition, a CoordinatorResult or "
+        f"transitions, not {type(batch).__name__}"
+    )
+
+
+class ScopeHandle:
+    """A handle on one scope instance. Cheap, thread-safe, shareable.
+
+    Writes go through the scope's actor; reads (``snapshot``, ``get``,
+    ``version``) take the last committed immutable state without a round
+    trip. Every blocking method has an ``a``-prefixed asyncio twin that
+    leaves the event loop free while the actor works.
+
+    Every request has a deadline: ``timeout`` seconds, or the manager's
+    ``request_timeout``. A request still in the mailbox at its deadline is
+    not applied and raises :class:`DeadlineExceededError`.
+    """
+
+    __slots__ = ("_actor", "_ancestor_cells", "_cell", "_manager", "ref")
+
+    def __init__(
+        self,
+        manager: GlobalStateManager,
+        ref: ScopeRef,
+        cell: ScopeCell,
+        actor: pykka.ActorRef[Any],
+        ancestor_cells: tuple[ScopeCell, ...],
+    ) -> None:
+        self._manager = manager
+        self.ref = ref
+        self._cell = cell
+        self._actor = actor
+        self._ancestor_cells = ancestor_cells
+
+    def __repr__(self) -> str:
+        return f"<ScopeHandle {self.ref} v{self._cell.state.version}>"
+
+    # -- reads -------------------------------------------------------------
+
+    @property
+    def parent(self) -> ScopeRef | None:
+        return self._cell.state.parent
+
+    @property
+    def version(self) -> int:
+        """The scope's current committed version."""
+        return self._cell.state.version
+
+    def snapshot(self) -> ContextSnapshot:
+        """An immutable view of this scope and its ancestors, in O(1).
+
+        It reflects every commit acknowledged before the call, and never
+        changes afterwards.
+        """
+        return ContextSnapshot(self._cell.state, tuple(c.state for c in self._ancestor_cells))
+
+    async def asnapshot(self) -> ContextSnapshot:
+        return self.snapshot()
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """Read ``key`` from this scope, else from its nearest ancestor that has it."""
+        return self.snapshot().get_state(key, default)
+
+    def to_dict(self) -> dict[str, Any]:
+        """This scope's own key-value state as a plain, mutable deep copy."""
+        return {key: thaw(value) for key, value in self._cell.state.values.items()}
+
+    # -- writes ------------------------------------------------------------
+
+    def _request(
+        self, batch: BatchLike, expected_version: int | None, timeout: float | None, reply: AsyncReply | None
+    ) -> tuple[ApplyRequest, float]:
+        manager = self._manager
+        if manager._closed:
+            raise RuntimeClosedError(f"the manager is closed; {self.ref} takes no requests")
+        transitions = _transitions(batch)
+        manager._check_sessions(self.ref, transitions)
+        wait = manager.request_timeout if timeout is None else timeout
+        deadline = time.monotonic() + wait
+        return ApplyRequest(transitions, expected_version, deadline, None, reply), wait
+
+    def _after(self, record: StateChanged) -> StateChanged:
+        if record.sessions_created:
+            self._manager._adopt_sessions(self.ref, record.sessions_created)
+        return record
+
+    def apply(
+        self, batch: BatchLike, *, expected_version: int | None = None, timeout: float | None = None
+    ) -> StateChanged:
+        """Apply a batch all or nothing; return the commit record.
+
+        Raises:
+            VersionConflictError: ``expected_version`` is not the current one.
+            TransitionValidationError, ScopeAccessError, ScopeClosedError:
+                the batch cannot apply here; the error names the transition.
+            DeadlineExceededError: no reply within the deadline.
+            ScopeFailedError: the actor failed on this request.
+            In every case nothing of the batch was applied.
+        """
+        req, wait = self._request(batch, expected_version, timeout, None)
+        try:
+            record: StateChanged = self._actor.ask(req, block=True, timeout=wait)
+        except pykka.Timeout:
+            raise DeadlineExceededError(
+                f"{self.ref}: no reply within {wait} s; the request may still be applied, "
+                "read the scope's version to tell"
+            ) from None
+        except pykka.ActorDeadError:
+            raise self._dead() from None
+        return self._after(record)
+
+    async def aapply(
+        self, batch: BatchLike, *, expected_version: int | None = None, timeout: float | None = None
+    ) -> StateChanged:
+        """The asyncio twin of :meth:`apply`; the event loop stays free meanwhile."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[StateChanged] = loop.create_future()
+        req, wait = self._request(batch, expected_version, timeout, AsyncReply(loop, future))
+        try:
+            self._actor.tell(req)
+        except pykka.ActorDeadError:
+            raise self._dead() from None
+        try:
+            async with asyncio.timeout(wait):
+                record = await future
+        except TimeoutError:
+            raise DeadlineExceededError(
+                f"{self.ref}: no reply within {wait} s; the request may still be applied, "
+                "read the scope's version to tell"
+            ) from None
+        return self._after(record)
+
+    def _dead(self) -> Exception:
+        if self._manager._closed:
+            return RuntimeClosedError(f"the manager is closed; {self.ref} takes no requests")
+        return ScopeFailedError(f"{self.ref}'s actor is not running; nothing was applied")
+
+    def update(
+        self, values: Mapping[str, Any], *, expected_version: int | None = None, timeout: float | None = None
+    ) -> StateChanged:
+        """Set several keys in this scope in one commit."""
+        return self.apply(_updates(values), expected_version=expected_version, timeout=timeout)
+
+    async def aupdate(
+        self, values: Mapping[str, Any], *, expected_version: int | None = None, timeout: float | None = None
+    ) -> StateChanged:
+        return await self.aapply(_updates(values), expected_version=expected_version, timeout=timeout)
+
+    def set(self, key: str, value: Any, *, timeout: float | None = None) -> StateChanged:
+        return self.apply(TransitionBatch().update_state(key, value), timeout=timeout)
+
+    async def aset(self, key: str, value: Any, *, timeout: float | None = None) -> StateChanged:
+        return await self.aapply(TransitionBatch().update_state(key, value), timeout=timeout)
+
+    def delete(self, key: str, *, timeout: float | None = None) -> StateChanged:
+        return self.apply(TransitionBatch().delete_state(key), timeout=timeout)
+
+    async def adelete(self, key: str, *, timeout: float | None = None) -> StateChanged:
+        return await self.aapply(TransitionBatch().delete_state(key), timeout=timeout)
+
+    def add_message(self, message: Any, *, timeout: float | None = None) -> StateChanged:
+        return self.apply(TransitionBatch().add_message(message), timeout=timeout)
+
+    async def aadd_message(self, message: Any, *, timeout: float | None = None) -> StateChanged:
+        return await self.aapply(TransitionBatch().add_message(message), timeout=timeout)
+
+    # -- events ------------------------------------------------------------
+
+    def subscribe(self, callback: Callable[[StateChanged], object]) -> Subscription:
+        """Call ``callback(event)`` after every later commit of this scope, in order.
+
+        Callbacks run on the manager's event thread, never on an actor's, so
+        a callback may apply batches (to this scope too) without deadlock.
+        A callback that raises is logged and changes nothing else.
+        """
+        if not callable(callback):
+            raise TypeError("subscribe takes a callable")
+        return self._manager._subscribe(self._cell, self.ref, callback)
+
+
+def _updates(values: Mapping[str, Any]) -> TransitionBatch:
+    if not isinstance(values, Mapping):
+        raise TransitionValidationError(f"update takes a mapping, not {type(values).__name__}")
+    batch = TransitionBatch()
+    for key, value in values.items():
+        batch.update_state(key, value)
+    return batch

@@ -1,0 +1,262 @@
+"""GlobalStateManager: the facade orchestrators use to reach scope actors."""
+
+from __future__ import annotations
+
+import atexit
+import itertools
+import os
+import threading
+import weakref
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+import pykka
+
+from victor_actors._actor import ScopeActor, ScopeCell
+from victor_actors._errors import RuntimeClosedError, ScopeAccessError, VictorActorsError
+from victor_actors._events import EventBus, Subscription
+from victor_actors._handle import ScopeHandle
+from victor_actors._model import GLOBAL_REF, ScopeRef, StateScope, StateTransition, TransitionType
+from victor_actors._state import ScopeState, StateChanged
+
+__all__ = ["GlobalStateManager"]
+
+_open_managers: weakref.WeakSet[GlobalStateManager] = weakref.WeakSet()
+_manager_ids = itertools.count(1)
+
+
+class _Entry:
+    __slots__ = ("actor", "cell", "handle")
+
+    def __init__(self, cell: ScopeCell, actor: pykka.ActorRef[Any], handle: ScopeHandle) -> None:
+        self.cell = cell
+        self.actor = actor
+        self.handle = handle
+
+
+class GlobalStateManager:
+    """One entry point for every scope: global, teams, workflows, conversations.
+
+    Each scope instance is owned by one actor, created on first use under
+    its parent (a team under global; a workflow under a team or global; a
+    conversation under a workflow, a team or global). Handles returned by
+    the ``get_*_state`` methods talk to those actors.
+
+    The manager's threads are daemon threads and an exit hook closes any
+    manager left open, so a program that never calls :meth:`close` still
+    exits cleanly. :meth:`close` is idempotent.
+    """
+
+    _default: ClassVar[GlobalStateManager | None] = None
+    _default_lock: ClassVar[threading.Lock] = threading.Lock()
+
+    def __init__(self, *, request_timeout: float = 5.0) -> None:
+        if not request_timeout > 0:
+            raise ValueError("request_timeout must be positive")
+        self.request_timeout = float(request_timeout)
+        self._closed = False
+        self._lock = threading.RLock()
+        self._scopes: dict[ScopeRef, _Entry] = {}
+        name = f"victor-actors-{next(_manager_ids)}"
+        self._bus = EventBus(name)
+        # Commit ids: unique per process and manager; next() on a count is atomic.
+        self._commit_prefix = f"{os.getpid():x}.{next(_manager_ids):x}"
+        self._commit_counter = itertools.count(1)
+        _open_managers.add(self)
+        self._ensure(GLOBAL_REF, None)
+
+    # -- construction -----------------------------------------------------
+
+    @classmethod
+    def open(cls, path: str | os.PathLike[str] | None = None, **options: Any) -> GlobalStateManager:
+        """Open a manager. ``path=None`` keeps state in memory.
+
+        Raises:
+            VictorActorsError: for a path: the durable LMDB store is not part
+                of this version.
+        """
+        if path is not None:
+            raise VictorActorsError(
+                f"cannot open {os.fspath(path)!r}: the durable LMDB store is not available "
+                "in this version; use open() for an in-memory manager"
+            )
+        return cls(**options)
+
+    @classmethod
+    def get_instance(cls) -> GlobalStateManager:
+        """The process-wide default manager (in memory), created on first use."""
+        with cls._default_lock:
+            if cls._default is None or cls._default._closed:
+                cls._default = cls()
+            return cls._default
+
+    def __enter__(self) -> GlobalStateManager:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Stop every scope actor and the event thread. Idempotent.
+
+        Requests already in a mailbox are answered first; later requests
+        raise :class:`RuntimeClosedError`.
+        """
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            entries = list(self._scopes.values())
+        futures = [e.actor.stop(block=False) for e in entries]
+        for f in futures:
+            try:
+                f.get(timeout=timeout)
+            except pykka.Timeout:
+                pass
+        self._bus.close(timeout)
+        _open_managers.discard(self)
+
+    # -- scopes -----------------------------------------------------------
+
+    def _ensure(self, ref: ScopeRef, parent: ScopeRef | None) -> ScopeHandle:
+        """Return the handle of ``ref``, creating its actor under ``parent``.
+
+        ``parent=None`` means "any parent" for an existing scope and the
+        global scope for a new one.
+        """
+        entry = self._scopes.get(ref)
+        if entry is not None and (parent is None or entry.cell.state.parent == parent):
+            return entry.handle
+        with self._lock:
+            if self._closed:
+                raise RuntimeClosedError("the manager is closed")
+            entry = self._scopes.get(ref)
+            if entry is not None:
+                if parent is not None and entry.cell.state.parent != parent:
+                    raise ScopeAccessError(
+                        f"{ref} already exists under {entry.cell.state.parent}, not under {parent}; "
+                        "a scope keeps the parent it was created under"
+                    )
+                return entry.handle
+            if ref == GLOBAL_REF:
+                lineage: tuple[ScopeRef, ...] = ()
+                ancestor_cells: tuple[ScopeCell, ...] = ()
+            else:
+                parent_ref = GLOBAL_REF if parent is None else parent
+                parent_entry = self._scopes.get(parent_ref)
+                if parent_entry is None:
+                    raise ScopeAccessError(f"cannot create {ref}: its parent {parent_ref} does not exist")
+                lineage = (parent_ref, *parent_entry.cell.state.lineage)
+                ancestor_cells = (parent_entry.cell, *parent_entry.handle._ancestor_cells)
+            cell = ScopeCell(ScopeState(ref=ref, lineage=lineage))
+            actor = ScopeActor.start(cell, self._bus, self._commit_prefix, self._commit_counter)
+            handle = ScopeHandle(self, ref, cell, actor, ancestor_cells)
+            self._scopes[ref] = _Entry(cell, actor, handle)
+            return handle
+
+    def get_global_state(self) -> ScopeHandle:
+        """The application-wide scope."""
+        return self._ensure(GLOBAL_REF, None)
+
+    def get_team_state(self, team_id: str) -> ScopeHandle:
+        """The scope shared by a team's agents (under global)."""
+        return self._ensure(ScopeRef(StateScope.TEAM, team_id), GLOBAL_REF)
+
+    def get_workflow_state(self, workflow_id: str, team_id: str | None = None) -> ScopeHandle:
+        """A workflow's scope, under ``team_id``'s team or, without one, under global.
+
+        Without ``team_id`` an existing workflow is returned wherever it lives.
+        """
+        ref = ScopeRef(StateScope.WORKFLOW, workflow_id)
+        if team_id is None:
+            return self._ensure(ref, None)
+        team = self.get_team_state(team_id)
+        return self._ensure(ref, team.ref)
+
+    def get_conversation_state(
+        self, session_id: str, workflow_id: str | None = None, team_id: str | None = None
+    ) -> ScopeHandle:
+        """One agent's conversation: under the workflow if given, else the team, else global.
+
+        With neither, an existing conversation is returned wherever it lives.
+
+        Raises:
+            ScopeAccessError: the conversation exists under another parent.
+        """
+        ref = ScopeRef(StateScope.CONVERSATION, session_id)
+        if workflow_id is not None:
+            parent: ScopeRef | None = self.get_workflow_state(workflow_id, team_id).ref
+        elif team_id is not None:
+            parent = self.get_team_state(team_id).ref
+        else:
+            parent = None
+        return self._ensure(ref, parent)
+
+    def scope(self, ref: ScopeRef | str) -> ScopeHandle:
+        """The handle of an existing scope.
+
+        Raises:
+            ScopeAccessError: no such scope exists.
+        """
+        if isinstance(ref, str):
+            ref = ScopeRef.parse(ref)
+        entry = self._scopes.get(ref)
+        if entry is None:
+            raise ScopeAccessError(f"no scope {ref} exists")
+        return entry.handle
+
+    def scopes(self) -> list[ScopeRef]:
+        """Every scope instance this manager holds."""
+        return list(self._scopes)
+
+    # -- internals used by handles ----------------------------------------
+
+    def _check_sessions(self, parent: ScopeRef, transitions: tuple[StateTransition, ...]) -> None:
+        for t in transitions:
+            if t.transition_type is TransitionType.CREATE_SESSION and "session_id" in t.data:
+                ref = ScopeRef(StateScope.CONVERSATION, t.data["session_id"])
+                entry = self._scopes.get(ref)
+                if entry is not None and entry.cell.state.parent != parent:
+                    raise ScopeAccessError(
+                        f"CREATE_SESSION: {ref} already exists under {entry.cell.state.parent}; "
+                        "nothing was applied"
+                    )
+
+    def _adopt_sessions(self, parent: ScopeRef, session_ids: tuple[str, ...]) -> None:
+        for sid in session_ids:
+            self._ensure(ScopeRef(StateScope.CONVERSATION, sid), parent)
+
+    def _subscribe(
+        self, cell: ScopeCell, ref: ScopeRef, callback: Callable[[StateChanged], object]
+    ) -> Subscription:
+        def remove(sub: Subscription) -> None:
+            with self._lock:
+                cell.subscribers = tuple(s for s in cell.subscribers if s is not sub)
+
+        sub = Subscription(ref, callback, remove)
+        with self._lock:
+            cell.subscribers = (*cell.subscribers, sub)
+        return sub
+
+    def inject_fault(self, ref: ScopeRef | str, fault: BaseException | Callable[[], Any]) -> None:
+        """Make ``ref``'s actor fail on its next request (for tests and simulations).
+
+        ``fault`` is an exception to raise inside the actor, or a callable
+        to run there (to hang for a while, say). The request it hits fails
+        with :class:`ScopeFailedError` and applies nothing.
+        """
+        handle = self.scope(ref)
+        self._scopes[handle.ref].cell.faults.append(fault)
+
+
+@atexit.register
+def _close_open_managers() -> None:
+    for manager in list(_open_managers):
+        try:
+            manager.close(timeout=1.0)
+        except Exception:  # pragma: no cover - best effort at exit
+            pass

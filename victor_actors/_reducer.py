@@ -1,0 +1,238 @@
+"""The pure reducer: (scope state, transitions) -> (new state, commit record).
+
+No actors, no I/O, no clock: everything that varies (commit id, run id,
+timestamp) comes in as arguments, so replaying the same transitions on the
+same state gives the same result. A batch applies all or nothing: any
+failure raises before anything is returned, and the input state, being
+immutable, is untouched.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from victor_actors._errors import (
+    ScopeAccessError,
+    ScopeClosedError,
+    TransitionValidationError,
+    VictorActorsError,
+)
+from victor_actors._model import StateTransition, TransitionType
+from victor_actors._state import KeyChange, ScopeState, StateChanged
+from victor_actors._values import FrozenDict
+
+__all__ = ["reduce"]
+
+_T = TransitionType
+_ABSENT: Any = object()
+
+
+def _fail(exc: VictorActorsError, index: int, transition: StateTransition) -> VictorActorsError:
+    """Say which transition failed, keeping the error's type."""
+    name = transition.transition_type.name
+    msg = f"transition {index} ({name}) failed: {exc}; nothing was applied"
+    if isinstance(exc, TransitionValidationError):
+        return TransitionValidationError(msg, index=index, transition_type=name, field=exc.field)
+    new = type(exc)(msg)
+    new.index = index  # type: ignore[attr-defined]
+    new.transition_type = name  # type: ignore[attr-defined]
+    return new
+
+
+def _check_target(state: ScopeState, transition: StateTransition) -> None:
+    target = transition.data.get("scope")
+    if target is None or target == state.ref.scope.value:
+        return
+    for anc in state.lineage:
+        if anc.scope.value == target:
+            raise ScopeAccessError(
+                f"it targets {anc}, an ancestor of {state.ref}; apply it to {anc} "
+                "directly (one batch spanning several scopes is not supported yet)"
+            )
+    raise ScopeAccessError(
+        f"it targets scope {target!r}, which is neither {state.ref} nor one of its ancestors"
+    )
+
+
+def _changes(before: dict[str, Any], after: Any) -> tuple[KeyChange, ...]:
+    out = []
+    for key, old in before.items():
+        new = after.get(key, _ABSENT)
+        if old is _ABSENT and new is _ABSENT:
+            continue  # deleted a key that was never there: no change
+        out.append(
+            KeyChange(
+                key,
+                None if old is _ABSENT else old,
+                None if new is _ABSENT else new,
+                old is not _ABSENT,
+                new is not _ABSENT,
+            )
+        )
+    return tuple(out)
+
+
+def reduce(
+    state: ScopeState,
+    transitions: Sequence[StateTransition],
+    *,
+    commit_id: str,
+    run_id: str | None = None,
+    timestamp: float = 0.0,
+) -> tuple[ScopeState, StateChanged]:
+    """Apply ``transitions`` to ``state`` all or nothing.
+
+    Returns the new state and the commit record. When nothing changed (an
+    empty batch, or only deletes of missing keys) the state is returned as
+    it was and the record's ``committed`` is False.
+
+    Raises:
+        ScopeClosedError: the scope was closed; nothing applied.
+        ScopeAccessError: a transition targets a scope other than this one.
+        TransitionValidationError: a transition cannot apply here (for
+            example a duplicate tool request id); ``index`` and
+            ``transition_type`` name it.
+    """
+    if not transitions:
+        return state, _noop(state, commit_id, run_id, timestamp)
+    if state.closed:
+        raise ScopeClosedError(
+            f"{state.ref} is closed; it is readable but takes no batches; nothing was applied"
+        )
+    new_version = state.version + 1
+    values = state.values.mutate()
+    caps = state.capabilities.mutate()
+    pending = state.pending_tools.mutate()
+    sessions = state.sessions.mutate()
+    old_values: dict[str, Any] = {}
+    old_caps: dict[str, Any] = {}
+    added: list[Any] = []
+    stage = state.stage
+    stage_set = False
+    tool_requests: list[Any] = []
+    created: list[str] = []
+    closed = False
+    for index, t in enumerate(transitions):
+        try:
+            _check_target(state, t)
+            if closed:
+                raise ScopeClosedError(f"{state.ref} was closed earlier in this batch")
+            d = t.data
+            tt = t.transition_type
+            if tt is _T.UPDATE_STATE or tt is _T.DELETE_STATE:
+                key = d["key"]
+                if key not in old_values:
+                    old_values[key] = values.get(key, _ABSENT)
+                if tt is _T.UPDATE_STATE:
+                    values[key] = d["value"]
+                elif key in values:
+                    del values[key]
+            elif tt is _T.ADD_MESSAGE:
+                added.append(d["message"])
+            elif tt is _T.ADD_MESSAGES:
+                added.extend(d["messages"])
+            elif tt is _T.UPDATE_CAPABILITY:
+                name = d["capability"]
+                if name not in old_caps:
+                    old_caps[name] = caps.get(name, _ABSENT)
+                caps[name] = d["value"]
+            elif tt is _T.UPDATE_STAGE:
+                stage = d["stage"]
+                stage_set = True
+            elif tt is _T.EXECUTE_TOOL:
+                request_id = d.get("request_id") or f"{state.ref}@{new_version}#{index}"
+                if request_id in pending:
+                    raise TransitionValidationError(f"tool request {request_id!r} is already pending")
+                request = FrozenDict._wrap(
+                    {
+                        "request_id": request_id,
+                        "tool_name": d["tool_name"],
+                        "arguments": d["arguments"],
+                        "version": new_version,
+                    }
+                )
+                pending[request_id] = request
+                tool_requests.append(request)
+            elif tt is _T.TOOL_RESULT:
+                request_id = d.get("request_id")
+                if request_id is not None and request_id in pending:
+                    del pending[request_id]
+                added.append(
+                    FrozenDict._wrap(
+                        {
+                            "role": "tool",
+                            "tool_name": d["tool_name"],
+                            "content": d["result"],
+                            "request_id": request_id,
+                            "error": d.get("error"),
+                        }
+                    )
+                )
+            elif tt is _T.CREATE_SESSION:
+                session_id = d.get("session_id") or f"{state.ref.id}.{new_version}.{index}"
+                if session_id in sessions or session_id in created:
+                    raise TransitionValidationError(f"session {session_id!r} already exists here")
+                sessions[session_id] = d.get("metadata", FrozenDict._wrap({}))
+                created.append(session_id)
+            elif tt is _T.CLOSE_SESSION:
+                target = d.get("session_id")
+                if target is not None and target != state.ref.id:
+                    raise ScopeAccessError(
+                        f"CLOSE_SESSION names {target!r}; a scope closes only itself "
+                        "(apply it to that session's scope)"
+                    )
+                closed = True
+            else:  # BATCH is flattened before it gets here
+                raise TransitionValidationError(f"{tt.name} cannot be applied directly")
+        except VictorActorsError as exc:
+            raise _fail(exc, index, t) from exc
+    new_values = values.finish()
+    new_caps = caps.finish()
+    changes = _changes(old_values, new_values)
+    cap_changes = _changes(old_caps, new_caps)
+    # TOOL_RESULT always adds a message, so pending requests never change alone.
+    if not (changes or cap_changes or added or stage_set or tool_requests or created or closed):
+        return state, _noop(state, commit_id, run_id, timestamp)
+    new_state = ScopeState(
+        ref=state.ref,
+        lineage=state.lineage,
+        version=new_version,
+        values=new_values,
+        messages=state.messages.extended(added),
+        capabilities=new_caps,
+        stage=stage,
+        closed=closed,
+        pending_tools=pending.finish(),
+        sessions=sessions.finish(),
+    )
+    record = StateChanged(
+        ref=state.ref,
+        commit_id=commit_id,
+        old_version=state.version,
+        new_version=new_version,
+        transitions=tuple(transitions),
+        changes=changes,
+        capability_changes=cap_changes,
+        added_messages=tuple(added),
+        old_stage=state.stage if stage_set else None,
+        new_stage=stage if stage_set else None,
+        tool_requests=tuple(tool_requests),
+        sessions_created=tuple(created),
+        closed=closed,
+        run_id=run_id,
+        timestamp=timestamp,
+    )
+    return new_state, record
+
+
+def _noop(state: ScopeState, commit_id: str, run_id: str | None, timestamp: float) -> StateChanged:
+    return StateChanged(
+        ref=state.ref,
+        commit_id=commit_id,
+        old_version=state.version,
+        new_version=state.version,
+        transitions=(),
+        run_id=run_id,
+        timestamp=timestamp,
+    )

@@ -1,0 +1,313 @@
+"""Immutable scope state, the snapshot users read, and the change event.
+
+A scope's state is a handful of persistent maps (``immutables.Map``): a
+commit costs O(changed keys) and sharing the state with readers costs
+nothing, because nobody can change it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, overload
+
+import attrs
+import immutables
+
+from victor_actors._model import ScopeRef, StateScope, StateTransition
+
+__all__ = [
+    "ContextSnapshot",
+    "KeyChange",
+    "MapView",
+    "MessageLog",
+    "ScopeState",
+    "StateChanged",
+]
+
+_EMPTY: immutables.Map[Any, Any] = immutables.Map()
+
+
+class MapView(Mapping[str, Any]):
+    """A read-only view of a persistent map; equal to any mapping with the same items."""
+
+    __slots__ = ("_map",)
+
+    def __init__(self, backing: immutables.Map[str, Any] = _EMPTY) -> None:
+        self._map = backing
+
+    def __getitem__(self, key: str) -> Any:
+        return self._map[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._map)
+
+    def __len__(self) -> int:
+        return len(self._map)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._map
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, MapView):
+            return self._map == other._map
+        if isinstance(other, Mapping):
+            return len(self._map) == len(other) and all(
+                k in other and other[k] == v for k, v in self._map.items()
+            )
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"MapView({dict(self._map.items())!r})"
+
+
+class MessageLog(Sequence[Any]):
+    """An immutable, persistent sequence of messages.
+
+    Appending shares everything already there (O(log n) per message), so a
+    long conversation costs no copying per commit. Compares equal to any
+    sequence (tuple or list) with the same items.
+    """
+
+    __slots__ = ("_items", "_len")
+
+    def __init__(self, items: immutables.Map[int, Any] = _EMPTY, length: int = 0) -> None:
+        self._items = items
+        self._len = length
+
+    def extended(self, messages: Sequence[Any]) -> MessageLog:
+        """Return a new log with ``messages`` appended."""
+        if not messages:
+            return self
+        mm = self._items.mutate()
+        n = self._len
+        for m in messages:
+            mm[n] = m
+            n += 1
+        return MessageLog(mm.finish(), n)
+
+    def __len__(self) -> int:
+        return self._len
+
+    @overload
+    def __getitem__(self, index: int) -> Any: ...
+    @overload
+    def __getitem__(self, index: slice) -> tuple[Any, ...]: ...
+    def __getitem__(self, index: int | slice) -> Any:
+        if isinstance(index, slice):
+            return tuple(self._items[i] for i in range(*index.indices(self._len)))
+        if index < 0:
+            index += self._len
+        if not 0 <= index < self._len:
+            raise IndexError("message index out of range")
+        return self._items[index]
+
+    def __iter__(self) -> Iterator[Any]:
+        items = self._items
+        for i in range(self._len):
+            yield items[i]
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, (MessageLog, tuple, list)):
+            return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"MessageLog({tuple(self)!r})"
+
+
+@attrs.frozen(slots=True)
+class ScopeState:
+    """Everything one scope holds at one version. Immutable; replaced on commit."""
+
+    ref: ScopeRef
+    lineage: tuple[ScopeRef, ...] = ()  # ancestors, nearest first, up to global
+    version: int = 0
+    values: immutables.Map[str, Any] = _EMPTY
+    messages: MessageLog = attrs.field(factory=MessageLog)
+    capabilities: immutables.Map[str, Any] = _EMPTY
+    stage: str = "initial"
+    closed: bool = False
+    pending_tools: immutables.Map[str, Any] = _EMPTY
+    sessions: immutables.Map[str, Any] = _EMPTY
+
+    @property
+    def parent(self) -> ScopeRef | None:
+        return self.lineage[0] if self.lineage else None
+
+
+@attrs.frozen(slots=True)
+class KeyChange:
+    """One key's change in a commit.
+
+    A delete has ``new_present=False``; a set to None has
+    ``new_present=True`` and ``new_value=None``.
+    """
+
+    key: str
+    old_value: Any
+    new_value: Any
+    old_present: bool
+    new_present: bool
+
+    @property
+    def is_delete(self) -> bool:
+        return not self.new_present
+
+
+@attrs.frozen(slots=True)
+class StateChanged:
+    """The record of one commit, and the event subscribers receive for it.
+
+    ``apply`` returns it too. A batch that changed nothing (empty, or only
+    deletes of missing keys) is not a commit: ``new_version == old_version``,
+    ``committed`` is False, and no event is published.
+    """
+
+    ref: ScopeRef
+    commit_id: str
+    old_version: int
+    new_version: int
+    transitions: tuple[StateTransition, ...]
+    changes: tuple[KeyChange, ...] = ()
+    capability_changes: tuple[KeyChange, ...] = ()
+    added_messages: tuple[Any, ...] = ()
+    old_stage: str | None = None
+    new_stage: str | None = None
+    tool_requests: tuple[Any, ...] = ()
+    sessions_created: tuple[str, ...] = ()
+    closed: bool = False
+    run_id: str | None = None
+    timestamp: float = 0.0
+
+    @property
+    def version(self) -> int:
+        """The scope's version after this commit."""
+        return self.new_version
+
+    @property
+    def committed(self) -> bool:
+        return self.new_version != self.old_version
+
+    @property
+    def changed_keys(self) -> tuple[str, ...]:
+        return tuple(c.key for c in self.changes)
+
+
+@attrs.frozen(slots=True)
+class ContextSnapshot:
+    """An immutable view of one scope at one version, with its ancestors.
+
+    Taking one costs O(1) whatever the state size: it holds references to
+    persistent values nobody can change. It never changes after it is taken.
+    """
+
+    _state: ScopeState
+    _ancestors: tuple[ScopeState, ...] = ()
+
+    @property
+    def ref(self) -> ScopeRef:
+        return self._state.ref
+
+    @property
+    def scope(self) -> StateScope:
+        return self._state.ref.scope
+
+    @property
+    def session_id(self) -> str:
+        return self._state.ref.id
+
+    @property
+    def version(self) -> int:
+        return self._state.version
+
+    @property
+    def parent(self) -> ScopeRef | None:
+        return self._state.parent
+
+    @property
+    def messages(self) -> MessageLog:
+        return self._state.messages
+
+    @property
+    def message_count(self) -> int:
+        return len(self._state.messages)
+
+    @property
+    def state(self) -> MapView:
+        """This scope's own key-value state (ancestors' keys not included)."""
+        return MapView(self._state.values)
+
+    @property
+    def capabilities(self) -> MapView:
+        return MapView(self._state.capabilities)
+
+    @property
+    def conversation_stage(self) -> str:
+        return self._state.stage
+
+    @property
+    def is_complete(self) -> bool:
+        """True once the stage is ``complete`` (or ``completed``) or the scope is closed."""
+        return self._state.closed or self._state.stage in ("complete", "completed")
+
+    @property
+    def is_closed(self) -> bool:
+        return self._state.closed
+
+    @property
+    def pending_tool_requests(self) -> MapView:
+        """EXECUTE_TOOL requests with no TOOL_RESULT yet, by request id."""
+        return MapView(self._state.pending_tools)
+
+    @property
+    def sessions(self) -> MapView:
+        """Child sessions created here by CREATE_SESSION, by session id."""
+        return MapView(self._state.sessions)
+
+    @property
+    def ancestors(self) -> tuple[ScopeRef, ...]:
+        return self._state.lineage
+
+    def ancestor_state(self, scope: StateScope | str) -> MapView | None:
+        """The key-value state of the ancestor at ``scope``, as of this snapshot."""
+        wanted = StateScope.coerce(scope)
+        for anc in self._ancestors:
+            if anc.ref.scope is wanted:
+                return MapView(anc.values)
+        return None
+
+    def get_state(self, key: str, default: Any = None) -> Any:
+        """Read ``key`` from this scope, else from the nearest ancestor that has it."""
+        values = self._state.values
+        if key in values:
+            return values[key]
+        for anc in self._ancestors:
+            if key in anc.values:
+                return anc.values[key]
+        return default
+
+    def has_capability(self, name: str) -> bool:
+        """True when the capability is set to a truthy value."""
+        return bool(self._state.capabilities.get(name, False))
+
+    def get_capability_value(self, name: str, default: Any = None) -> Any:
+        return self._state.capabilities.get(name, default)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A plain, mutable deep copy of what this snapshot shows."""
+        from victor_actors._values import thaw
+
+        return {
+            "ref": str(self.ref),
+            "version": self.version,
+            "state": thaw(dict(self._state.values.items())),
+            "messages": [thaw(m) for m in self._state.messages],
+            "capabilities": thaw(dict(self._state.capabilities.items())),
+            "conversation_stage": self._state.stage,
+            "closed": self._state.closed,
+            "pending_tool_requests": thaw(dict(self._state.pending_tools.items())),
+        }

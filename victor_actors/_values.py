@@ -1,0 +1,181 @@
+"""Frozen values: what a scope may hold.
+
+Every value entering the runtime is frozen on entry: mappings become
+:class:`FrozenDict`, lists and tuples become tuples, and scalars stay as they
+are. Anything that could not be stored and read back later (an open file, a
+lambda, an arbitrary object, a set, a non-string mapping key, an integer
+outside 64 bits) is rejected here, at the edge, with a
+:class:`~victor_actors.TransitionValidationError`, never at apply time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, NoReturn
+
+from victor_actors._errors import TransitionValidationError
+
+__all__ = ["FrozenDict", "freeze", "register_converter", "thaw"]
+
+_INT_MIN = -(2**63)
+_INT_MAX = 2**64 - 1
+_MAX_DEPTH = 64
+
+# Types users taught us to store, with the function that turns an instance
+# into storable primitives. The result is frozen like any other value; the
+# original type is not recorded, so reading it back gives the primitives.
+_CONVERTERS: dict[type, Callable[[Any], Any]] = {}
+
+
+def register_converter(cls: type, to_storable: Callable[[Any], Any]) -> None:
+    """Let values of ``cls`` (and its subclasses) enter state.
+
+    ``to_storable`` turns an instance into storable primitives (a str-keyed
+    dict, a list, a str, ...). For a pydantic model that is typically
+    ``lambda m: m.model_dump()``; for an attrs class, ``attrs.asdict``. What
+    is stored and read back is the primitive form, never the class: nothing
+    is ever imported by a name read from storage.
+    """
+    if not isinstance(cls, type) or not callable(to_storable):
+        raise TypeError("register_converter(cls, to_storable) takes a class and a callable")
+    _CONVERTERS[cls] = to_storable
+
+
+class FrozenDict(Mapping[str, Any]):
+    """A read-only, hashable mapping with string keys and frozen values.
+
+    Compares equal to any mapping with the same items, so
+    ``FrozenDict({"a": 1}) == {"a": 1}``. It has no mutating methods, and its
+    values are themselves frozen.
+    """
+
+    __slots__ = ("_data", "_hash")
+
+    _data: dict[str, Any]
+    _hash: int | None
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        frozen = freeze(dict(*args, **kwargs))
+        object.__setattr__(self, "_data", frozen._data)
+        object.__setattr__(self, "_hash", None)
+
+    @classmethod
+    def _wrap(cls, data: dict[str, Any]) -> FrozenDict:
+        # Internal: ``data`` is already frozen and owned by nobody else.
+        self = cls.__new__(cls)
+        object.__setattr__(self, "_data", data)
+        object.__setattr__(self, "_hash", None)
+        return self
+
+    def __setattr__(self, name: str, value: Any) -> NoReturn:
+        raise AttributeError("FrozenDict is immutable")
+
+    def __delattr__(self, name: str) -> NoReturn:
+        raise AttributeError("FrozenDict is immutable")
+
+    def __getitem__(self, key: str) -> Any:
+        return self._data[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._data)
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._data
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, FrozenDict):
+            return self._data == other._data
+        if isinstance(other, Mapping):
+            return self._data == dict(other.items())
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        if self._hash is None:
+            object.__setattr__(self, "_hash", hash(frozenset(self._data.items())))
+        assert self._hash is not None
+        return self._hash
+
+    def __repr__(self) -> str:
+        return f"FrozenDict({self._data!r})"
+
+    def __reduce__(self) -> NoReturn:
+        raise TypeError("victor_actors values are never pickled")
+
+    def thaw(self) -> dict[str, Any]:
+        """Return a mutable deep copy as plain dicts and lists."""
+        return {key: thaw(item) for key, item in self._data.items()}
+
+
+def _reject(path: str, why: str) -> NoReturn:
+    raise TransitionValidationError(f"value at {path or '<root>'} cannot be stored: {why}")
+
+
+def freeze(value: Any, path: str = "") -> Any:
+    """Return a deeply immutable, storable copy of ``value``.
+
+    Raises:
+        TransitionValidationError: when ``value`` (or anything inside it)
+            cannot be stored; the message names the path to the bad part.
+    """
+    return _freeze(value, path, 0)
+
+
+def _freeze(value: Any, path: str, depth: int) -> Any:
+    cls = value.__class__
+    if value is None or cls is str or cls is bool or cls is float or cls is bytes:
+        return value
+    if cls is int:
+        if _INT_MIN <= value <= _INT_MAX:
+            return value
+        _reject(path, "integer outside the 64-bit range")
+    if cls is FrozenDict:
+        return value
+    if depth >= _MAX_DEPTH:
+        _reject(path, f"nested deeper than {_MAX_DEPTH} levels (or cyclic)")
+    if isinstance(value, Mapping):
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            if key.__class__ is not str:
+                if isinstance(key, str):
+                    key = "" + key
+                else:
+                    _reject(path, f"mapping key {key!r} is a {type(key).__name__}, not a str")
+            out[key] = _freeze(item, f"{path}.{key}" if path else key, depth + 1)
+        return FrozenDict._wrap(out)
+    if isinstance(value, (list, tuple)):
+        return tuple(_freeze(item, f"{path}[{i}]", depth + 1) for i, item in enumerate(value))
+    if isinstance(value, bool):
+        return bool(value)
+    if isinstance(value, int):
+        return _freeze(int(value), path, depth)
+    if isinstance(value, float):
+        return float(value)
+    if isinstance(value, str):
+        return "" + value
+    if isinstance(value, (bytearray, memoryview)):
+        return bytes(value)
+    if _CONVERTERS:
+        for klass in cls.__mro__:
+            convert = _CONVERTERS.get(klass)
+            if convert is not None:
+                return _freeze(convert(value), path, depth + 1)
+    if isinstance(value, (set, frozenset)):
+        _reject(path, "sets have no stable order; use a list or tuple")
+    _reject(
+        path,
+        f"{type(value).__name__} is not a storable value "
+        "(use None, bool, int, float, str, bytes, lists, tuples and str-keyed mappings, "
+        "or register_converter() for your type)",
+    )
+
+
+def thaw(value: Any) -> Any:
+    """Return a mutable deep copy of a frozen value: dicts and lists."""
+    if isinstance(value, Mapping):
+        return {key: thaw(item) for key, item in value.items()}
+    if isinstance(value, tuple):
+        return [thaw(item) for item in value]
+    return value
