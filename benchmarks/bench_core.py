@@ -1,0 +1,302 @@
+#!/usr/bin/env python3
+"""Core benchmarks for victor_actors, each against a baseline taken in the same run.
+
+    python benchmarks/bench_core.py [--quick] [--json FILE]
+
+1. apply round trip (1-key and 10-key batches) vs a bare pykka echo ask;
+2. aapply (the asyncio twin) vs the same echo baseline;
+3. snapshot at 10 vs 100,000 keys, with a dict copy at 100k as a contrast;
+4. a 10-key apply at 100,000 vs 10 keys;
+5. throughput: 4 threads applying to 4 scopes vs 4 threads asking 4 echo actors.
+
+The machine is shared and noisy, so subjects are never timed in one long
+stretch each: every section runs in rounds that interleave the baseline and
+the subjects, and drift hits all of them alike. Per-call times come from
+time.perf_counter_ns with gc disabled inside each timed block.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import json
+import os
+import platform
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import datetime
+from importlib.metadata import version
+from typing import Any
+
+import pykka
+
+from victor_actors import GlobalStateManager, ScopeHandle, TransitionBatch
+
+ns = time.perf_counter_ns
+BIG = 100_000  # keys in the large scope
+FILL_CHUNK = 10_000  # update_state transitions per fill batch
+KEYS10 = [f"k{i}" for i in range(10)]
+
+
+class Echo(pykka.ThreadingActor):
+    """The baseline: the cheapest pykka ask round trip there is."""
+
+    use_daemon_thread = True
+
+    def on_receive(self, message: Any) -> Any:
+        return message
+
+
+@contextmanager
+def no_gc() -> Iterator[None]:
+    gc.collect()  # pay for pending garbage here, outside the timer
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
+def batch_of(keys: list[str], value: int) -> TransitionBatch:
+    batch = TransitionBatch()
+    for key in keys:
+        batch.update_state(key, value)
+    return batch
+
+
+# -- timed blocks: each appends one sample (ns) per call ----------------------------------
+
+
+def time_echo(actor: pykka.ActorRef[Any], n: int, out: list[int]) -> None:
+    with no_gc():
+        for i in range(n):
+            t0 = ns()
+            actor.ask(i, block=True)
+            out.append(ns() - t0)
+
+
+def time_apply(handle: ScopeHandle, keys: list[str], n: int, total: list[int], call: list[int]) -> None:
+    # One loop gives two numbers: the call as users write it (build the batch
+    # and apply it) and the apply call alone on the batch just built.
+    with no_gc():
+        for i in range(n):
+            t0 = ns()
+            batch = batch_of(keys, i)
+            t1 = ns()
+            handle.apply(batch)
+            t2 = ns()
+            total.append(t2 - t0)
+            call.append(t2 - t1)
+
+
+async def _aapply_loop(handle: ScopeHandle, n: int, total: list[int], call: list[int]) -> None:
+    for i in range(n):
+        t0 = ns()
+        batch = TransitionBatch().update_state("k", i)
+        t1 = ns()
+        await handle.aapply(batch)
+        t2 = ns()
+        total.append(t2 - t0)
+        call.append(t2 - t1)
+
+
+def time_aapply(
+    runner: asyncio.Runner, handle: ScopeHandle, n: int, total: list[int], call: list[int]
+) -> None:
+    with no_gc():
+        runner.run(_aapply_loop(handle, n, total, call))
+
+
+def time_calls(fn: Callable[[], object], n: int, out: list[int]) -> None:
+    with no_gc():
+        for _ in range(n):
+            t0 = ns()
+            fn()
+            out.append(ns() - t0)
+
+
+def run_threads(fns: list[Callable[[int], object]], ops: int) -> int:
+    """Run ``fn(i)`` for i < ops on one thread per fn, all released at once; wall ns."""
+    barrier = threading.Barrier(len(fns) + 1)
+
+    def work(fn: Callable[[int], object]) -> None:
+        barrier.wait()
+        for i in range(ops):
+            fn(i)
+
+    threads = [threading.Thread(target=work, args=(fn,), daemon=True) for fn in fns]
+    for t in threads:
+        t.start()
+    with no_gc():  # gc is process-wide: this covers the workers too
+        barrier.wait()
+        t0 = ns()
+        for t in threads:
+            t.join()
+        return ns() - t0
+
+
+# -- statistics and output ---------------------------------------------------------------
+
+
+def pct(sorted_ns: list[int], q: float) -> float:
+    """Nearest-rank percentile, in microseconds."""
+    idx = min(len(sorted_ns) - 1, max(0, round(q * len(sorted_ns)) - 1))
+    return sorted_ns[idx] / 1000.0
+
+
+def stats(samples: list[int]) -> dict[str, float]:
+    s = sorted(samples)
+    return {"n": len(s), "median_us": pct(s, 0.5), "p99_us": pct(s, 0.99)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="a short smoke run (a few seconds)")
+    ap.add_argument("--json", metavar="FILE", help="also write the results as JSON to FILE")
+    args = ap.parse_args()
+    # Calls per block and rounds: default = thousands of calls per subject.
+    rounds, n, warm = (3, 300, 200) if args.quick else (10, 2_500, 1_000)
+    snap_n, copy_n = (2_000, 3) if args.quick else (20_000, 10)
+    tp_rounds, tp_ops = (2, 300) if args.quick else (4, 2_500)
+
+    meta = {
+        "date": datetime.now().astimezone().isoformat(timespec="seconds"),
+        "python": platform.python_version(),
+        "pykka": version("pykka"),
+        "immutables": version("immutables"),
+        "victor_actors": version("victor-actors"),
+        "cpus": os.cpu_count(),
+        "mode": "quick" if args.quick else "default",
+    }
+    print("victor_actors core benchmark")
+    print("  ".join(f"{k}: {v}" for k, v in meta.items()))
+
+    lat: dict[str, list[int]] = {}
+
+    def bucket(name: str) -> list[int]:
+        return lat.setdefault(name, [])
+
+    echo = Echo.start()
+    echo4 = [Echo.start() for _ in range(4)]
+    manager = GlobalStateManager.open(request_timeout=60.0)
+    runner = asyncio.Runner()
+    try:
+        one = manager.get_conversation_state("bench-1key")
+        ten = manager.get_conversation_state("bench-10keys")
+        big = manager.get_conversation_state("bench-100k")
+        ten.apply(batch_of(KEYS10, 0))
+        t0 = ns()
+        for start in range(0, BIG, FILL_CHUNK):
+            big.apply(batch_of([f"key{j:06d}" for j in range(start, start + FILL_CHUNK)], 0))
+        fill_s = (ns() - t0) / 1e9
+        big_keys10 = [f"key{j:06d}" for j in range(10)]  # existing keys: size stays 100k
+        assert len(big.snapshot().state) == BIG and len(ten.snapshot().state) == 10
+        print(f"filled the 100k-key scope in {fill_s:.2f} s ({BIG // FILL_CHUNK} batches)")
+
+        # Warm-up: threads, code paths, allocator, asyncio loop.
+        time_echo(echo, warm, [])
+        time_apply(one, ["k"], warm, [], [])
+        time_apply(ten, KEYS10, warm, [], [])
+        time_apply(big, big_keys10, warm, [], [])
+        time_aapply(runner, one, warm, [], [])
+
+        # Sections 1, 2 and 4: one interleaved round loop.
+        for _ in range(rounds):
+            time_echo(echo, n, bucket("echo"))
+            time_apply(one, ["k"], n, bucket("apply1"), bucket("apply1_call"))
+            time_echo(echo, n, bucket("echo"))
+            time_apply(ten, KEYS10, n, bucket("apply10"), bucket("apply10_call"))
+            time_echo(echo, n, bucket("echo"))
+            time_aapply(runner, one, n, bucket("aapply1"), bucket("aapply1_call"))
+            time_apply(big, big_keys10, n, bucket("apply10_big"), bucket("apply10_big_call"))
+
+        # Section 3: snapshots, and what copying 100k keys would cost instead.
+        plain = dict(big.snapshot().state.items())  # the same 100k items in a plain dict
+        view = big.snapshot().state
+        for _ in range(rounds):
+            time_calls(ten.snapshot, snap_n, bucket("snap10"))
+            time_calls(big.snapshot, snap_n, bucket("snap100k"))
+            time_calls(lambda: dict(plain), copy_n * 10, bucket("copy_dict"))
+            time_calls(lambda: dict(view), copy_n, bucket("copy_view"))
+
+        # Section 5: throughput, rounds interleaved; rate = all ops / all wall time.
+        tp_scopes = [manager.get_conversation_state(f"bench-tp-{i}") for i in range(4)]
+        apply_fns: list[Callable[[int], object]] = [
+            lambda i, h=h: h.apply(TransitionBatch().update_state("k", i)) for h in tp_scopes
+        ]
+        echo_fns: list[Callable[[int], object]] = [lambda i, a=a: a.ask(i, block=True) for a in echo4]
+        run_threads(echo_fns, warm // 4)
+        run_threads(apply_fns, warm // 4)
+        tp_ns = {"echo": 0, "apply": 0}
+        for _ in range(tp_rounds):
+            tp_ns["echo"] += run_threads(echo_fns, tp_ops)
+            tp_ns["apply"] += run_threads(apply_fns, tp_ops)
+    finally:
+        runner.close()
+        manager.close()
+        for a in (echo, *echo4):
+            a.stop()
+
+    st = {name: stats(samples) for name, samples in lat.items()}
+
+    def ratio(a: str, b: str, key: str = "median_us") -> float:
+        return st[a][key] / st[b][key]
+
+    total_ops = tp_rounds * tp_ops * 4
+    rates = {k: total_ops / (v / 1e9) for k, v in tp_ns.items()}
+    ratios = {
+        "apply1/echo median": ratio("apply1", "echo"),
+        "apply1/echo p99": ratio("apply1", "echo", "p99_us"),
+        "apply1 call only/echo median": ratio("apply1_call", "echo"),
+        "apply1 call only/echo p99": ratio("apply1_call", "echo", "p99_us"),
+        "apply10/echo median": ratio("apply10", "echo"),
+        "apply10/echo p99": ratio("apply10", "echo", "p99_us"),
+        "aapply1/echo median": ratio("aapply1", "echo"),
+        "aapply1/echo p99": ratio("aapply1", "echo", "p99_us"),
+        "snapshot 100k/10 median": ratio("snap100k", "snap10"),
+        "snapshot 100k/10 p99": ratio("snap100k", "snap10", "p99_us"),
+        "apply10 at 100k/at 10 keys median": ratio("apply10_big", "apply10"),
+        "apply10 call only at 100k/at 10 keys median": ratio("apply10_big_call", "apply10_call"),
+        "throughput apply/echo": rates["apply"] / rates["echo"],
+    }
+
+    labels = [
+        ("1", "echo", "bare pykka echo ask (baseline)"),
+        ("1", "apply1", "apply 1-key batch (build + apply)"),
+        ("1", "apply1_call", "  of which the apply call"),
+        ("1", "apply10", "apply 10-key batch (build + apply)"),
+        ("1", "apply10_call", "  of which the apply call"),
+        ("2", "aapply1", "aapply 1-key batch (build + aapply)"),
+        ("2", "aapply1_call", "  of which the aapply call"),
+        ("3", "snap10", "snapshot() at 10 keys"),
+        ("3", "snap100k", "snapshot() at 100k keys"),
+        ("3", "copy_dict", "dict(d) of 100k keys (a copying snapshot)"),
+        ("3", "copy_view", "dict(snapshot.state) at 100k (via MapView)"),
+        ("4", "apply10", "apply 10-key batch at 10 keys"),
+        ("4", "apply10_big", "apply 10-key batch at 100k keys"),
+        ("4", "apply10_big_call", "  of which the apply call"),
+    ]
+    print(f"\nlatency ({rounds} interleaved rounds; {n} calls per block; gc off while timed)")
+    print(f"{'sec':<4}{'what':<46}{'calls':>8}{'median us':>12}{'p99 us':>12}")
+    for sec, key, label in labels:
+        s = st[key]
+        print(f"{sec:<4}{label:<46}{s['n']:>8}{s['median_us']:>12.2f}{s['p99_us']:>12.2f}")
+    print("\nratios")
+    for name, value in ratios.items():
+        print(f"    {name:<50}{value:>10.2f}x")
+    print(f"\nthroughput (4 threads x {tp_ops} ops, {tp_rounds} interleaved rounds)")
+    print(f"    {'bare pykka echo asks on 4 actors':<50}{rates['echo']:>10.0f} ops/s")
+    print(f"    {'apply on 4 conversation scopes':<50}{rates['apply']:>10.0f} ops/s")
+
+    if args.json:
+        out = {"meta": meta, "fill_seconds": fill_s, "latency": st, "ratios": ratios, "throughput": rates}
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump(out, f, indent=2)
+        print(f"\nwrote {args.json}")
+
+
+if __name__ == "__main__":
+    main()
