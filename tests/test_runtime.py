@@ -460,11 +460,6 @@ def test_closed_manager_rejects_requests_and_close_is_idempotent() -> None:
     assert conv.get("k") == 1  # still readable
 
 
-def test_open_with_a_path_is_refused_until_the_store_exists(tmp_path: object) -> None:
-    with pytest.raises(VictorActorsError, match="not available"):
-        GlobalStateManager.open(str(tmp_path))
-
-
 def test_get_instance_is_a_process_default() -> None:
     first = GlobalStateManager.get_instance()
     assert GlobalStateManager.get_instance() is first

@@ -9,13 +9,17 @@ from __future__ import annotations
 
 import logging
 
+from victor_actors._codec import SCHEMA_VERSION, Codec
 from victor_actors._errors import (
     BackpressureError,
+    CheckpointCorruptError,
+    CheckpointNotFoundError,
     DeadlineExceededError,
     RuntimeClosedError,
     ScopeAccessError,
     ScopeClosedError,
     ScopeFailedError,
+    StoreLockedError,
     TransitionValidationError,
     VersionConflictError,
     VictorActorsError,
@@ -40,6 +44,7 @@ from victor_actors._state import (
     ScopeState,
     StateChanged,
 )
+from victor_actors._store import CheckpointInfo, RecoveryReport
 from victor_actors._values import FrozenDict, freeze, register_converter, thaw
 
 logging.getLogger("victor_actors").addHandler(logging.NullHandler())
@@ -47,7 +52,12 @@ logging.getLogger("victor_actors").addHandler(logging.NullHandler())
 __version__ = "0.1.0"
 
 __all__ = [
+    "SCHEMA_VERSION",
     "BackpressureError",
+    "CheckpointCorruptError",
+    "CheckpointInfo",
+    "CheckpointNotFoundError",
+    "Codec",
     "ContextSnapshot",
     "CoordinatorResult",
     "DeadlineExceededError",
@@ -62,10 +72,12 @@ __all__ = [
     "ScopeFailedError",
     "ScopeHandle",
     "ScopeRef",
+    "RecoveryReport",
     "ScopeState",
     "StateChanged",
     "StateScope",
     "StateTransition",
+    "StoreLockedError",
     "Subscription",
     "TransitionBatch",
     "TransitionType",

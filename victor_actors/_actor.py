@@ -25,6 +25,7 @@ from victor_actors._errors import (
 from victor_actors._events import EventBus, Subscription
 from victor_actors._model import StateTransition
 from victor_actors._reducer import reduce
+from victor_actors._reducer import reset as _reset_step
 from victor_actors._state import ScopeState, StateChanged
 
 __all__ = ["ApplyRequest", "AsyncReply", "ScopeActor", "ScopeCell"]
@@ -40,12 +41,13 @@ class ScopeCell:
     tuple replaced (never changed in place) when subscriptions change.
     """
 
-    __slots__ = ("faults", "state", "subscribers")
+    __slots__ = ("durability", "faults", "state", "subscribers")
 
-    def __init__(self, state: ScopeState) -> None:
+    def __init__(self, state: ScopeState, durability: str = "memory") -> None:
         self.state = state
         self.subscribers: tuple[Subscription, ...] = ()
         self.faults: list[BaseException | Callable[[], Any]] = []
+        self.durability = durability
 
 
 class AsyncReply:
@@ -83,7 +85,7 @@ def _set_exception(future: asyncio.Future[Any], exc: BaseException) -> None:
 class ApplyRequest:
     """Apply these transitions to the scope, all or nothing."""
 
-    __slots__ = ("deadline", "expected_version", "reply", "run_id", "transitions")
+    __slots__ = ("deadline", "expected_version", "reply", "reset_to", "run_id", "transitions")
 
     def __init__(
         self,
@@ -92,12 +94,18 @@ class ApplyRequest:
         deadline: float | None,
         run_id: str | None = None,
         reply: AsyncReply | None = None,
+        reset_to: ScopeState | None = None,
     ) -> None:
         self.transitions = transitions
         self.expected_version = expected_version
         self.deadline = deadline
         self.run_id = run_id
         self.reply = reply
+        self.reset_to = reset_to  # set the scope to this state as one commit (restore)
+
+
+# Makes a commit durable before it is published; raises if it cannot.
+Persist = Callable[[ScopeState, StateChanged, ApplyRequest], None]
 
 
 class ScopeActor(pykka.ThreadingActor):
@@ -115,9 +123,15 @@ class ScopeActor(pykka.ThreadingActor):
     use_daemon_thread = True
 
     def __init__(
-        self, cell: ScopeCell, bus: EventBus, commit_prefix: str, commit_counter: Iterator[int]
+        self,
+        cell: ScopeCell,
+        bus: EventBus,
+        commit_prefix: str,
+        commit_counter: Iterator[int],
+        persist: Persist | None = None,
     ) -> None:
         super().__init__()
+        self._persist = persist
         self._cell = cell
         self._bus = bus
         self._commit_prefix = commit_prefix
@@ -153,13 +167,16 @@ class ScopeActor(pykka.ThreadingActor):
                 fault()
             if req.expected_version is not None and req.expected_version != state.version:
                 raise VersionConflictError(state.ref, req.expected_version, state.version)
-            new_state, record = reduce(
+            step = reduce if req.reset_to is None else _reset_step
+            new_state, record = step(
                 state,
-                req.transitions,
+                req.transitions if req.reset_to is None else req.reset_to,  # type: ignore[arg-type]
                 commit_id=f"{self._commit_prefix}.{next(self._commit_counter):x}",
                 run_id=req.run_id,
                 timestamp=time.time(),
             )
+            if new_state is not state and self._persist is not None:
+                self._persist(new_state, record, req)  # durable before anyone can see it
         except VictorActorsError:
             raise
         except BaseException as exc:

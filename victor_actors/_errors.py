@@ -12,11 +12,14 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BackpressureError",
+    "CheckpointCorruptError",
+    "CheckpointNotFoundError",
     "DeadlineExceededError",
     "RuntimeClosedError",
     "ScopeAccessError",
     "ScopeClosedError",
     "ScopeFailedError",
+    "StoreLockedError",
     "TransitionValidationError",
     "VersionConflictError",
     "VictorActorsError",
@@ -95,3 +98,27 @@ class BackpressureError(VictorActorsError):
 
 class RuntimeClosedError(VictorActorsError):
     """The manager was closed; no further requests are accepted."""
+
+
+class CheckpointNotFoundError(VictorActorsError):
+    """No checkpoint (or stored version) matches what was asked for; nothing changed."""
+
+
+class CheckpointCorruptError(VictorActorsError):
+    """A stored record failed its checksum or could not be decoded.
+
+    ``ref`` and ``version`` name the record (either may be None when the
+    record's key itself is unreadable). Nothing was loaded from it.
+    """
+
+    def __init__(self, message: str, *, ref: object = None, version: int | None = None) -> None:
+        super().__init__(message)
+        self.ref = ref
+        self.version = version
+
+
+class StoreLockedError(VictorActorsError):
+    """Another live manager owns the store for writing; nothing was opened.
+
+    Open it with ``read_only=True`` to inspect it meanwhile.
+    """

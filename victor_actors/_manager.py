@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import atexit
 import itertools
+import logging
 import os
 import threading
+import time
 import weakref
 from collections.abc import Callable
 from typing import Any, ClassVar
@@ -13,11 +15,16 @@ from typing import Any, ClassVar
 import pykka
 
 from victor_actors._actor import ScopeActor, ScopeCell
-from victor_actors._errors import RuntimeClosedError, ScopeAccessError, VictorActorsError
+from victor_actors._checkpoints import DURABILITY_MODES, CheckpointsMixin
+from victor_actors._codec import Codec, ScopeRecord
+from victor_actors._errors import RuntimeClosedError, ScopeAccessError
 from victor_actors._events import EventBus, Subscription
 from victor_actors._handle import ScopeHandle
 from victor_actors._model import GLOBAL_REF, ScopeRef, StateScope, StateTransition, TransitionType
 from victor_actors._state import ScopeState, StateChanged
+from victor_actors._store import RecoveryReport, Store
+
+logger = logging.getLogger("victor_actors")
 
 __all__ = ["GlobalStateManager"]
 
@@ -34,7 +41,7 @@ class _Entry:
         self.handle = handle
 
 
-class GlobalStateManager:
+class GlobalStateManager(CheckpointsMixin):
     """One entry point for every scope: global, teams, workflows, conversations.
 
     Each scope instance is owned by one actor, created on first use under
@@ -50,10 +57,27 @@ class GlobalStateManager:
     _default: ClassVar[GlobalStateManager | None] = None
     _default_lock: ClassVar[threading.Lock] = threading.Lock()
 
-    def __init__(self, *, request_timeout: float = 5.0) -> None:
+    def __init__(
+        self,
+        *,
+        request_timeout: float = 5.0,
+        store: Store | None = None,
+        durability: str = "sync",
+        checkpoint_every: int = 100,
+        keep_checkpoints: int = 10,
+    ) -> None:
         if not request_timeout > 0:
             raise ValueError("request_timeout must be positive")
+        if durability not in DURABILITY_MODES:
+            raise ValueError(f"durability must be one of {DURABILITY_MODES}, not {durability!r}")
+        if checkpoint_every < 1 or keep_checkpoints < 1:
+            raise ValueError("checkpoint_every and keep_checkpoints must be at least 1")
         self.request_timeout = float(request_timeout)
+        self._store = store
+        self.durability = durability if store is not None else "memory"
+        self.checkpoint_every = checkpoint_every
+        self.keep_checkpoints = keep_checkpoints
+        self.recovery_reports: list[RecoveryReport] = []
         self._closed = False
         self._lock = threading.RLock()
         self._scopes: dict[ScopeRef, _Entry] = {}
@@ -68,19 +92,55 @@ class GlobalStateManager:
     # -- construction -----------------------------------------------------
 
     @classmethod
-    def open(cls, path: str | os.PathLike[str] | None = None, **options: Any) -> GlobalStateManager:
-        """Open a manager. ``path=None`` keeps state in memory.
+    def open(
+        cls,
+        path: str | os.PathLike[str] | None = None,
+        *,
+        read_only: bool = False,
+        durability: str = "sync",
+        checkpoint_every: int = 100,
+        keep_checkpoints: int = 10,
+        flush_interval: float = 0.05,
+        codec: Codec | None = None,
+        map_size: int = 256 * 1024 * 1024,
+        request_timeout: float = 5.0,
+    ) -> GlobalStateManager:
+        """Open a manager: in memory (``path=None``) or on an LMDB store at ``path``.
+
+        With a store, every scope found there is restored lazily, at its
+        last durable version, on first access. ``durability`` is ``"sync"``
+        (apply returns once the commit is durable; commits from many scopes
+        share LMDB transactions), ``"async"`` (apply returns at once; commits
+        reach LMDB within ``flush_interval`` seconds; ``close()`` flushes) or
+        ``"manual"`` (only explicit checkpoints are written). A full
+        checkpoint is written every ``checkpoint_every`` commits, and the
+        newest ``keep_checkpoints`` are kept with the log from the oldest kept
+        one on.
 
         Raises:
-            VictorActorsError: for a path: the durable LMDB store is not part
-                of this version.
+            StoreLockedError: another live manager owns ``path`` for writing.
+            ValueError: an option is out of range; nothing was opened.
         """
-        if path is not None:
-            raise VictorActorsError(
-                f"cannot open {os.fspath(path)!r}: the durable LMDB store is not available "
-                "in this version; use open() for an in-memory manager"
+        if durability not in DURABILITY_MODES:
+            raise ValueError(f"durability must be one of {DURABILITY_MODES}, not {durability!r}")
+        if path is None:
+            if read_only:
+                raise ValueError("read_only needs a path")
+            return cls(request_timeout=request_timeout)
+        store = Store(
+            path, read_only=read_only, codec=codec, map_size=map_size, flush_interval=flush_interval
+        )
+        try:
+            return cls(
+                request_timeout=request_timeout,
+                store=store,
+                durability=durability,
+                checkpoint_every=checkpoint_every,
+                keep_checkpoints=keep_checkpoints,
             )
-        return cls(**options)
+        except BaseException:
+            store.close()
+            raise
 
     @classmethod
     def get_instance(cls) -> GlobalStateManager:
@@ -118,7 +178,18 @@ class GlobalStateManager:
             except pykka.Timeout:
                 pass
         self._bus.close(timeout)
+        if self._store is not None:
+            self._store.close()  # flushes what async mode still holds
         _open_managers.discard(self)
+
+    @property
+    def store(self) -> Store | None:
+        """The LMDB store, or None for an in-memory manager."""
+        return self._store
+
+    @property
+    def read_only(self) -> bool:
+        return self._store is not None and self._store.read_only
 
     # -- scopes -----------------------------------------------------------
 
@@ -135,6 +206,8 @@ class GlobalStateManager:
             if self._closed:
                 raise RuntimeClosedError("the manager is closed")
             entry = self._scopes.get(ref)
+            if entry is None and self._store is not None:
+                entry = self._restore(ref)
             if entry is not None:
                 if parent is not None and entry.cell.state.parent != parent:
                     raise ScopeAccessError(
@@ -142,21 +215,52 @@ class GlobalStateManager:
                         "a scope keeps the parent it was created under"
                     )
                 return entry.handle
+            if self.read_only:
+                raise ScopeAccessError(f"no scope {ref} in the store, and a read-only manager creates none")
             if ref == GLOBAL_REF:
                 lineage: tuple[ScopeRef, ...] = ()
-                ancestor_cells: tuple[ScopeCell, ...] = ()
             else:
                 parent_ref = GLOBAL_REF if parent is None else parent
                 parent_entry = self._scopes.get(parent_ref)
                 if parent_entry is None:
                     raise ScopeAccessError(f"cannot create {ref}: its parent {parent_ref} does not exist")
                 lineage = (parent_ref, *parent_entry.cell.state.lineage)
-                ancestor_cells = (parent_entry.cell, *parent_entry.handle._ancestor_cells)
-            cell = ScopeCell(ScopeState(ref=ref, lineage=lineage))
-            actor = ScopeActor.start(cell, self._bus, self._commit_prefix, self._commit_counter)
-            handle = ScopeHandle(self, ref, cell, actor, ancestor_cells)
-            self._scopes[ref] = _Entry(cell, actor, handle)
-            return handle
+            if self._store is not None:
+                record = ScopeRecord(ref, lineage, time.time())
+                self._store.submit([self._store.op_put_scope(record)], wait=True)
+            return self._start(ScopeState(ref=ref, lineage=lineage)).handle
+
+    def _start(self, state: ScopeState) -> _Entry:
+        """Start the actor owning ``state`` (its parent is already live). Holds the lock."""
+        if state.lineage:
+            parent_entry = self._scopes[state.lineage[0]]
+            ancestor_cells: tuple[ScopeCell, ...] = (parent_entry.cell, *parent_entry.handle._ancestor_cells)
+        else:
+            ancestor_cells = ()
+        cell = ScopeCell(state, self.durability)
+        persist = None if self._store is None else self._persister(cell)
+        actor = ScopeActor.start(cell, self._bus, self._commit_prefix, self._commit_counter, persist)
+        entry = _Entry(cell, actor, ScopeHandle(self, state.ref, cell, actor, ancestor_cells))
+        self._scopes[state.ref] = entry
+        return entry
+
+    def _restore(self, ref: ScopeRef) -> _Entry | None:
+        """Bring a stored scope (and, first, its ancestors) back to life. Holds the lock."""
+        store = self._store
+        assert store is not None
+        record = store.scope_record(ref)
+        if record is None:
+            return None
+        for anc in reversed(record.lineage):
+            if anc not in self._scopes and self._restore(anc) is None:
+                raise ScopeAccessError(f"{ref}'s ancestor {anc} is missing from the store")
+        state, report = store.load(ref, record.lineage)
+        if not report.clean:
+            logger.warning("recovered %s at version %d, skipping: %s", ref, state.version, report.skipped)
+            self.recovery_reports.append(report)
+            if not store.read_only and report.latest_stored_version > state.version:
+                store.submit([store.op_quarantine_after(ref, state.version)], wait=True)
+        return self._start(state)
 
     def get_global_state(self) -> ScopeHandle:
         """The application-wide scope."""
@@ -205,13 +309,21 @@ class GlobalStateManager:
         if isinstance(ref, str):
             ref = ScopeRef.parse(ref)
         entry = self._scopes.get(ref)
-        if entry is None:
-            raise ScopeAccessError(f"no scope {ref} exists")
-        return entry.handle
+        if entry is not None:
+            return entry.handle
+        if self._store is not None:
+            with self._lock:
+                entry = self._scopes.get(ref) or self._restore(ref)
+            if entry is not None:
+                return entry.handle
+        raise ScopeAccessError(f"no scope {ref} exists")
 
     def scopes(self) -> list[ScopeRef]:
-        """Every scope instance this manager holds."""
-        return list(self._scopes)
+        """Every scope instance this manager holds, live or only in its store."""
+        refs = dict.fromkeys(self._scopes)
+        if self._store is not None:
+            refs.update(dict.fromkeys(r.ref for r in self._store.scope_records()))
+        return list(refs)
 
     # -- internals used by handles ----------------------------------------
 

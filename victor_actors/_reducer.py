@@ -22,7 +22,7 @@ from victor_actors._model import StateTransition, TransitionType
 from victor_actors._state import KeyChange, ScopeState, StateChanged
 from victor_actors._values import FrozenDict
 
-__all__ = ["reduce"]
+__all__ = ["reduce", "reset"]
 
 _T = TransitionType
 _ABSENT: Any = object()
@@ -236,3 +236,61 @@ def _noop(state: ScopeState, commit_id: str, run_id: str | None, timestamp: floa
         run_id=run_id,
         timestamp=timestamp,
     )
+
+
+def reset(
+    state: ScopeState,
+    target: ScopeState,
+    *,
+    commit_id: str,
+    run_id: str | None = None,
+    timestamp: float = 0.0,
+) -> tuple[ScopeState, StateChanged]:
+    """Set ``state``'s contents to ``target``'s as one new commit (restore, rollback).
+
+    History is kept: the version rises by one, and the record lists every
+    key that differs, as any commit does.
+    """
+    if state.closed:
+        raise ScopeClosedError(f"{state.ref} is closed; nothing was applied")
+    new_version = state.version + 1
+    old_values: dict[str, Any] = {k: v for k, v in state.values.items()}
+    for key in target.values:
+        old_values.setdefault(key, _ABSENT)
+    changes = tuple(c for c in _changes(old_values, target.values) if _differs(c))
+    old_caps: dict[str, Any] = {k: v for k, v in state.capabilities.items()}
+    for key in target.capabilities:
+        old_caps.setdefault(key, _ABSENT)
+    cap_changes = tuple(c for c in _changes(old_caps, target.capabilities) if _differs(c))
+    new_state = ScopeState(
+        ref=state.ref,
+        lineage=state.lineage,
+        version=new_version,
+        values=target.values,
+        messages=target.messages,
+        capabilities=target.capabilities,
+        stage=target.stage,
+        closed=target.closed,
+        pending_tools=target.pending_tools,
+        sessions=target.sessions,
+    )
+    record = StateChanged(
+        ref=state.ref,
+        commit_id=commit_id,
+        old_version=state.version,
+        new_version=new_version,
+        transitions=(),
+        changes=changes,
+        capability_changes=cap_changes,
+        old_stage=state.stage if state.stage != target.stage else None,
+        new_stage=target.stage if state.stage != target.stage else None,
+        closed=target.closed,
+        run_id=run_id,
+        timestamp=timestamp,
+        reset=True,
+    )
+    return new_state, record
+
+
+def _differs(change: KeyChange) -> bool:
+    return change.old_present != change.new_present or change.old_value != change.new_value

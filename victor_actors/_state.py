@@ -182,6 +182,7 @@ class StateChanged:
     closed: bool = False
     run_id: str | None = None
     timestamp: float = 0.0
+    reset: bool = False  # the scope was set as a whole (restore, rollback)
 
     @property
     def version(self) -> int:

@@ -1,0 +1,254 @@
+"""The record codec: cattrs + msgpack, zstd above a threshold, a checksum and a schema version.
+
+Every stored record is ``header + body``. The header holds a magic number,
+flags (bit 0: the body is zstd-compressed), the schema version the record
+was written with, and a CRC-32 over the rest of the header and the body.
+The body is msgpack. Nothing is ever pickled and no class is ever looked up
+by a name read from disk: records decode to plain values, and cattrs
+structures them into the few record types this module knows.
+
+A record written with an older schema is passed through the registered
+migrations (one function per step, ``v -> v + 1``, on the plain-dict form)
+before it is structured. A record that fails its checksum, does not decode,
+or comes from a newer schema raises :class:`CheckpointCorruptError`.
+"""
+
+from __future__ import annotations
+
+import struct
+import threading
+import zlib
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar, cast
+
+import attrs
+import cattrs
+import immutables
+import msgpack
+import zstandard
+
+from victor_actors._errors import CheckpointCorruptError, TransitionValidationError
+from victor_actors._model import ScopeRef, StateTransition
+from victor_actors._state import MessageLog, ScopeState
+from victor_actors._values import FrozenDict, thaw
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "CheckpointRecord",
+    "Codec",
+    "CommitRecord",
+    "ScopeRecord",
+]
+
+SCHEMA_VERSION = 1
+_MAGIC = b"VA"
+_HEADER = struct.Struct(">2sBHI")  # magic, flags, schema version, crc32
+_FLAG_ZSTD = 1
+
+R = TypeVar("R")
+Migration = Callable[[dict[str, Any]], dict[str, Any]]
+
+
+@attrs.frozen(slots=True)
+class CommitRecord:
+    """One commit in a scope's log.
+
+    ``kind`` is ``"batch"`` (replay ``transitions`` through the reducer) or
+    ``"reset"`` (the scope was set to ``state`` as a whole, by a restore or a
+    rollback).
+    """
+
+    kind: str
+    version: int
+    commit_id: str
+    timestamp: float
+    run_id: str | None = None
+    transitions: tuple[StateTransition, ...] = ()
+    state: ScopeState | None = None
+
+
+@attrs.frozen(slots=True)
+class CheckpointRecord:
+    """A scope's full state at one version."""
+
+    state: ScopeState
+    label: str | None
+    timestamp: float
+
+
+@attrs.frozen(slots=True)
+class ScopeRecord:
+    """That a scope exists, and where it sits in the tree."""
+
+    ref: ScopeRef
+    lineage: tuple[ScopeRef, ...]
+    created: float
+
+
+def _pairs_hook(pairs: list[tuple[Any, Any]]) -> FrozenDict:
+    data = {}
+    for key, value in pairs:
+        if key.__class__ is not str:
+            raise ValueError(f"a stored mapping has a non-str key {key!r}")
+        data[key] = value
+    return FrozenDict._wrap(data)
+
+
+def _default(obj: Any) -> Any:
+    if isinstance(obj, FrozenDict):
+        return obj._data
+    raise TypeError(f"cannot encode {type(obj).__name__}")
+
+
+def _make_converter() -> cattrs.Converter:
+    conv = cattrs.Converter()
+    conv.register_unstructure_hook(ScopeRef, str)
+    conv.register_structure_hook(ScopeRef, lambda v, _t: ScopeRef.parse(v))
+    conv.register_unstructure_hook(immutables.Map, lambda m: FrozenDict._wrap(dict(m.items())))
+    conv.register_structure_hook(immutables.Map, lambda v, _t: immutables.Map(_mapping(v)))
+    conv.register_unstructure_hook(MessageLog, tuple)
+    conv.register_structure_hook(MessageLog, lambda v, _t: MessageLog().extended(tuple(v)))
+    conv.register_unstructure_hook(
+        StateTransition,
+        lambda t: {"t": t.transition_type.value, "d": t.data, "m": t.metadata},
+    )
+    conv.register_structure_hook(
+        StateTransition, lambda v, _t: StateTransition(v["t"], _mapping(v["d"]), _mapping(v["m"]))
+    )
+    return conv
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise ValueError(f"expected a mapping, found {type(value).__name__}")
+    return value
+
+
+class Codec:
+    """Encodes and decodes store records.
+
+    Args:
+        schema_version: the version new records are written with.
+        migrations: ``{v: fn}`` where ``fn`` turns a record's plain-dict form
+            at schema ``v`` into its form at ``v + 1``.
+        compress_above: bodies at least this many bytes are zstd-compressed.
+    """
+
+    def __init__(
+        self,
+        schema_version: int = SCHEMA_VERSION,
+        migrations: Mapping[int, Migration] | None = None,
+        *,
+        compress_above: int = 2048,
+    ) -> None:
+        if not 1 <= schema_version <= 0xFFFF:
+            raise ValueError("schema_version must be within 1..65535")
+        self.schema_version = schema_version
+        self.migrations: dict[int, Migration] = dict(migrations or {})
+        for v in range(1, schema_version):
+            if v not in self.migrations and self.migrations:
+                raise ValueError(f"migrations must cover every step below {schema_version}; {v} is missing")
+        self.compress_above = compress_above
+        self._conv = _make_converter()
+        self._local = threading.local()
+
+    # -- framing ----------------------------------------------------------
+
+    def _zstd(self) -> tuple[zstandard.ZstdCompressor, zstandard.ZstdDecompressor]:
+        pair = getattr(self._local, "zstd", None)
+        if pair is None:
+            pair = (zstandard.ZstdCompressor(level=3), zstandard.ZstdDecompressor())
+            self._local.zstd = pair
+        return pair
+
+    def pack(self, payload: Mapping[str, Any]) -> bytes:
+        body = msgpack.packb(payload, default=_default, use_bin_type=True)
+        flags = 0
+        if len(body) >= self.compress_above:
+            body = self._zstd()[0].compress(body)
+            flags |= _FLAG_ZSTD
+        head = _HEADER.pack(_MAGIC, flags, self.schema_version, 0)[:-4]
+        crc = zlib.crc32(body, zlib.crc32(head))
+        return bytes(head + struct.pack(">I", crc) + body)
+
+    def unpack(self, raw: bytes, *, ref: object = None, version: int | None = None) -> Mapping[str, Any]:
+        """Check, decompress, decode and migrate one record to the current schema."""
+
+        def corrupt(why: str) -> CheckpointCorruptError:
+            where = f"{ref} version {version}" if version is not None else f"{ref}"
+            return CheckpointCorruptError(
+                f"stored record for {where} is unreadable: {why}", ref=ref, version=version
+            )
+
+        raw = bytes(raw)
+        if len(raw) < _HEADER.size:
+            raise corrupt("too short")
+        magic, flags, schema, crc = _HEADER.unpack_from(raw)
+        if magic != _MAGIC:
+            raise corrupt("bad magic number")
+        body = raw[_HEADER.size :]
+        if zlib.crc32(body, zlib.crc32(raw[: _HEADER.size - 4])) != crc:
+            raise corrupt("checksum mismatch")
+        if schema > self.schema_version:
+            raise corrupt(f"written with schema {schema}, newer than this codec's {self.schema_version}")
+        try:
+            if flags & _FLAG_ZSTD:
+                body = self._zstd()[1].decompress(body)
+            payload = msgpack.unpackb(body, object_pairs_hook=_pairs_hook, use_list=False, raw=False)
+        except Exception as exc:
+            raise corrupt(f"{type(exc).__name__}: {exc}") from None
+        if not isinstance(payload, Mapping):
+            raise corrupt("the body is not a mapping")
+        if schema < self.schema_version:
+            plain: dict[str, Any] = thaw(payload)
+            for step in range(schema, self.schema_version):
+                migrate = self.migrations.get(step)
+                if migrate is None:
+                    raise corrupt(f"no migration registered from schema {step} to {step + 1}")
+                try:
+                    plain = migrate(plain)
+                except Exception as exc:
+                    raise corrupt(f"migration {step}->{step + 1} failed: {exc}") from None
+            payload = _refreeze(plain)
+        return cast(Mapping[str, Any], payload)
+
+    # -- records ------------------------------------------------------------
+
+    def encode_commit(self, record: CommitRecord) -> bytes:
+        return self.pack(self._conv.unstructure(record))
+
+    def decode_commit(self, raw: bytes, *, ref: object = None, version: int | None = None) -> CommitRecord:
+        return self._structure(raw, CommitRecord, ref, version)
+
+    def encode_checkpoint(self, record: CheckpointRecord) -> bytes:
+        return self.pack(self._conv.unstructure(record))
+
+    def decode_checkpoint(
+        self, raw: bytes, *, ref: object = None, version: int | None = None
+    ) -> CheckpointRecord:
+        return self._structure(raw, CheckpointRecord, ref, version)
+
+    def encode_scope(self, record: ScopeRecord) -> bytes:
+        return self.pack(self._conv.unstructure(record))
+
+    def decode_scope(self, raw: bytes, *, ref: object = None) -> ScopeRecord:
+        return self._structure(raw, ScopeRecord, ref, None)
+
+    def _structure(self, raw: bytes, cls: type[R], ref: object, version: int | None) -> R:
+        payload = self.unpack(raw, ref=ref, version=version)
+        try:
+            return self._conv.structure(payload, cls)
+        except (Exception, TransitionValidationError) as exc:
+            raise CheckpointCorruptError(
+                f"stored record for {ref} version {version} does not hold a valid {cls.__name__}: {exc}",
+                ref=ref,
+                version=version,
+            ) from None
+
+
+def _refreeze(value: Any) -> Any:
+    if isinstance(value, dict):
+        return FrozenDict._wrap({k: _refreeze(v) for k, v in value.items()})
+    if isinstance(value, (list, tuple)):
+        return tuple(_refreeze(v) for v in value)
+    return value
