@@ -174,10 +174,10 @@ class Codec:
     def unpack(self, raw: bytes, *, ref: object = None, version: int | None = None) -> Mapping[str, Any]:
         """Check, decompress, decode and migrate one record to the current schema."""
 
-        def corrupt(why: str) -> CheckpointCorruptError:
+        def corrupt(why: str, fatal: bool = False) -> CheckpointCorruptError:
             where = f"{ref} version {version}" if version is not None else f"{ref}"
             return CheckpointCorruptError(
-                f"stored record for {where} is unreadable: {why}", ref=ref, version=version
+                f"stored record for {where} is unreadable: {why}", ref=ref, version=version, fatal=fatal
             )
 
         raw = bytes(raw)
@@ -190,7 +190,9 @@ class Codec:
         if zlib.crc32(body, zlib.crc32(raw[: _HEADER.size - 4])) != crc:
             raise corrupt("checksum mismatch")
         if schema > self.schema_version:
-            raise corrupt(f"written with schema {schema}, newer than this codec's {self.schema_version}")
+            raise corrupt(
+                f"written with schema {schema}, newer than this codec's {self.schema_version}", fatal=True
+            )
         try:
             if flags & _FLAG_ZSTD:
                 body = self._zstd()[1].decompress(body)
@@ -204,7 +206,7 @@ class Codec:
             for step in range(schema, self.schema_version):
                 migrate = self.migrations.get(step)
                 if migrate is None:
-                    raise corrupt(f"no migration registered from schema {step} to {step + 1}")
+                    raise corrupt(f"no migration registered from schema {step} to {step + 1}", fatal=True)
                 try:
                     plain = migrate(plain)
                 except Exception as exc:

@@ -111,10 +111,15 @@ class CheckpointCorruptError(VictorActorsError):
     record's key itself is unreadable). Nothing was loaded from it.
     """
 
-    def __init__(self, message: str, *, ref: object = None, version: int | None = None) -> None:
+    def __init__(
+        self, message: str, *, ref: object = None, version: int | None = None, fatal: bool = False
+    ) -> None:
         super().__init__(message)
         self.ref = ref
         self.version = version
+        # fatal: the record is fine but this code cannot read it (a newer schema,
+        # a missing migration); recovery must stop rather than skip it.
+        self.fatal = fatal
 
 
 class StoreLockedError(VictorActorsError):

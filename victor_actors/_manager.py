@@ -64,7 +64,7 @@ class GlobalStateManager(CheckpointsMixin):
         store: Store | None = None,
         durability: str = "sync",
         checkpoint_every: int = 100,
-        keep_checkpoints: int = 10,
+        keep_checkpoints: int = 3,
     ) -> None:
         if not request_timeout > 0:
             raise ValueError("request_timeout must be positive")
@@ -99,7 +99,7 @@ class GlobalStateManager(CheckpointsMixin):
         read_only: bool = False,
         durability: str = "sync",
         checkpoint_every: int = 100,
-        keep_checkpoints: int = 10,
+        keep_checkpoints: int = 3,
         flush_interval: float = 0.05,
         codec: Codec | None = None,
         map_size: int = 256 * 1024 * 1024,

@@ -441,6 +441,8 @@ class Store:
                 starts.append((self.codec.decode_checkpoint(raw, ref=ref, version=version).state, version))
                 break
             except CheckpointCorruptError as exc:
+                if exc.fatal:
+                    raise
                 skipped.append(f"checkpoint v{version}: {exc}")
         first_log = log_items[0][0] if log_items else None
         if not starts and (first_log is None or first_log == 1):
@@ -468,6 +470,8 @@ class Store:
             try:
                 rec = self.codec.decode_commit(raw, ref=ref, version=version)
             except CheckpointCorruptError as exc:
+                if exc.fatal:
+                    raise
                 skipped.append(f"commit v{version}: {exc}")
                 break
             state = apply_record(state, rec)
