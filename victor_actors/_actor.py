@@ -12,7 +12,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, Protocol
 
 import pykka
 
@@ -23,7 +23,7 @@ from victor_actors._errors import (
     VictorActorsError,
 )
 from victor_actors._events import EventBus, Subscription
-from victor_actors._model import StateTransition
+from victor_actors._model import ScopeRef, StateTransition
 from victor_actors._reducer import reduce
 from victor_actors._reducer import reset as _reset_step
 from victor_actors._state import ScopeState, StateChanged
@@ -108,6 +108,14 @@ class ApplyRequest:
 Persist = Callable[[ScopeState, StateChanged, ApplyRequest], None]
 
 
+class SessionRegistry(Protocol):
+    """Where child conversations created by CREATE_SESSION are claimed and started."""
+
+    def reserve_sessions(self, parent: ScopeRef, session_ids: tuple[str, ...]) -> None: ...
+    def release_sessions(self, session_ids: tuple[str, ...]) -> None: ...
+    def adopt_sessions(self, parent: ScopeRef, session_ids: tuple[str, ...]) -> None: ...
+
+
 class ScopeActor(pykka.ThreadingActor):
     """One scope instance's actor. Only this thread ever changes the scope.
 
@@ -129,9 +137,11 @@ class ScopeActor(pykka.ThreadingActor):
         commit_prefix: str,
         commit_counter: Iterator[int],
         persist: Persist | None = None,
+        sessions: SessionRegistry | None = None,
     ) -> None:
         super().__init__()
         self._persist = persist
+        self._sessions = sessions
         self._cell = cell
         self._bus = bus
         self._commit_prefix = commit_prefix
@@ -175,8 +185,18 @@ class ScopeActor(pykka.ThreadingActor):
                 run_id=req.run_id,
                 timestamp=time.time(),
             )
-            if new_state is not state and self._persist is not None:
-                self._persist(new_state, record, req)  # durable before anyone can see it
+            created = record.sessions_created
+            if created:
+                if self._sessions is None:
+                    raise ScopeFailedError("this scope cannot create sessions")
+                self._sessions.reserve_sessions(state.ref, created)  # before anything is durable
+            try:
+                if new_state is not state and self._persist is not None:
+                    self._persist(new_state, record, req)  # durable before anyone can see it
+            except BaseException:
+                if created and self._sessions is not None:
+                    self._sessions.release_sessions(created)
+                raise
         except VictorActorsError:
             raise
         except BaseException as exc:
@@ -187,6 +207,8 @@ class ScopeActor(pykka.ThreadingActor):
             ) from exc
         if new_state is not state:
             cell.state = new_state
+            if record.sessions_created and self._sessions is not None:
+                self._sessions.adopt_sessions(state.ref, record.sessions_created)
             subscribers = cell.subscribers
             if subscribers:
                 self._bus.publish(subscribers, record)

@@ -125,15 +125,9 @@ class ScopeHandle:
         if manager._closed:
             raise RuntimeClosedError(f"the manager is closed; {self.ref} takes no requests")
         transitions = _transitions(batch)
-        manager._check_sessions(self.ref, transitions)
         wait = manager.request_timeout if timeout is None else timeout
         deadline = time.monotonic() + wait
         return ApplyRequest(transitions, expected_version, deadline, None, reply), wait
-
-    def _after(self, record: StateChanged) -> StateChanged:
-        if record.sessions_created:
-            self._manager._adopt_sessions(self.ref, record.sessions_created)
-        return record
 
     def apply(
         self, batch: BatchLike, *, expected_version: int | None = None, timeout: float | None = None
@@ -158,7 +152,7 @@ class ScopeHandle:
             ) from None
         except pykka.ActorDeadError:
             raise self._dead() from None
-        return self._after(record)
+        return record
 
     async def aapply(
         self, batch: BatchLike, *, expected_version: int | None = None, timeout: float | None = None
@@ -171,15 +165,13 @@ class ScopeHandle:
             self._actor.tell(req)
         except pykka.ActorDeadError:
             raise self._dead() from None
+        # A plain timer is cheaper than asyncio.timeout() on this hot path.
+        timer = loop.call_later(wait, _expire, future, self.ref, wait)
         try:
-            async with asyncio.timeout(wait):
-                record = await future
-        except TimeoutError:
-            raise DeadlineExceededError(
-                f"{self.ref}: no reply within {wait} s; the request may still be applied, "
-                "read the scope's version to tell"
-            ) from None
-        return self._after(record)
+            record = await future
+        finally:
+            timer.cancel()
+        return record
 
     def _dead(self) -> Exception:
         if self._manager._closed:
@@ -227,6 +219,16 @@ class ScopeHandle:
         if not callable(callback):
             raise TypeError("subscribe takes a callable")
         return self._manager._subscribe(self._cell, self.ref, callback)
+
+
+def _expire(future: asyncio.Future[Any], ref: ScopeRef, wait: float) -> None:
+    if not future.done():
+        future.set_exception(
+            DeadlineExceededError(
+                f"{ref}: no reply within {wait} s; the request may still be applied, "
+                "read the scope's version to tell"
+            )
+        )
 
 
 def _updates(values: Mapping[str, Any]) -> TransitionBatch:

@@ -20,7 +20,7 @@ from victor_actors._codec import Codec, ScopeRecord
 from victor_actors._errors import RuntimeClosedError, ScopeAccessError
 from victor_actors._events import EventBus, Subscription
 from victor_actors._handle import ScopeHandle
-from victor_actors._model import GLOBAL_REF, ScopeRef, StateScope, StateTransition, TransitionType
+from victor_actors._model import GLOBAL_REF, ScopeRef, StateScope
 from victor_actors._state import ScopeState, StateChanged
 from victor_actors._store import RecoveryReport, Store
 
@@ -81,6 +81,7 @@ class GlobalStateManager(CheckpointsMixin):
         self._closed = False
         self._lock = threading.RLock()
         self._scopes: dict[ScopeRef, _Entry] = {}
+        self._reserved: dict[ScopeRef, ScopeRef] = {}  # session ids claimed by a commit in flight
         name = f"victor-actors-{next(_manager_ids)}"
         self._bus = EventBus(name)
         # Commit ids: unique per process and manager; next() on a count is atomic.
@@ -217,6 +218,9 @@ class GlobalStateManager(CheckpointsMixin):
                 return entry.handle
             if self.read_only:
                 raise ScopeAccessError(f"no scope {ref} in the store, and a read-only manager creates none")
+            claimed = self._reserved.get(ref)
+            if claimed is not None and parent != claimed:
+                raise ScopeAccessError(f"{ref} is being created under {claimed}")
             if ref == GLOBAL_REF:
                 lineage: tuple[ScopeRef, ...] = ()
             else:
@@ -239,7 +243,7 @@ class GlobalStateManager(CheckpointsMixin):
             ancestor_cells = ()
         cell = ScopeCell(state, self.durability)
         persist = None if self._store is None else self._persister(cell)
-        actor = ScopeActor.start(cell, self._bus, self._commit_prefix, self._commit_counter, persist)
+        actor = ScopeActor.start(cell, self._bus, self._commit_prefix, self._commit_counter, persist, self)
         entry = _Entry(cell, actor, ScopeHandle(self, state.ref, cell, actor, ancestor_cells))
         self._scopes[state.ref] = entry
         return entry
@@ -327,20 +331,37 @@ class GlobalStateManager(CheckpointsMixin):
 
     # -- internals used by handles ----------------------------------------
 
-    def _check_sessions(self, parent: ScopeRef, transitions: tuple[StateTransition, ...]) -> None:
-        for t in transitions:
-            if t.transition_type is TransitionType.CREATE_SESSION and "session_id" in t.data:
-                ref = ScopeRef(StateScope.CONVERSATION, t.data["session_id"])
-                entry = self._scopes.get(ref)
-                if entry is not None and entry.cell.state.parent != parent:
-                    raise ScopeAccessError(
-                        f"CREATE_SESSION: {ref} already exists under {entry.cell.state.parent}; "
-                        "nothing was applied"
-                    )
+    def reserve_sessions(self, parent: ScopeRef, session_ids: tuple[str, ...]) -> None:
+        """Claim child conversation ids for ``parent`` before its commit is made durable.
 
-    def _adopt_sessions(self, parent: ScopeRef, session_ids: tuple[str, ...]) -> None:
-        for sid in session_ids:
-            self._ensure(ScopeRef(StateScope.CONVERSATION, sid), parent)
+        Called on the parent's actor thread. Raises ScopeAccessError (and
+        claims nothing) when an id is taken by a scope under another parent.
+        """
+        refs = [ScopeRef(StateScope.CONVERSATION, sid) for sid in session_ids]
+        with self._lock:
+            for ref in refs:
+                entry = self._scopes.get(ref)
+                owner = entry.cell.state.parent if entry is not None else self._reserved.get(ref)
+                if owner is None and self._store is not None:
+                    record = self._store.scope_record(ref)
+                    owner = record.lineage[0] if record is not None and record.lineage else None
+                if (entry is not None or owner is not None) and owner != parent:
+                    raise ScopeAccessError(f"CREATE_SESSION: {ref} already exists under {owner}")
+            for ref in refs:
+                self._reserved[ref] = parent
+
+    def release_sessions(self, session_ids: tuple[str, ...]) -> None:
+        with self._lock:
+            for sid in session_ids:
+                self._reserved.pop(ScopeRef(StateScope.CONVERSATION, sid), None)
+
+    def adopt_sessions(self, parent: ScopeRef, session_ids: tuple[str, ...]) -> None:
+        """Start the claimed child conversations once the parent's commit is published."""
+        try:
+            for sid in session_ids:
+                self._ensure(ScopeRef(StateScope.CONVERSATION, sid), parent)
+        finally:
+            self.release_sessions(session_ids)
 
     def _subscribe(
         self, cell: ScopeCell, ref: ScopeRef, callback: Callable[[StateChanged], object]

@@ -215,6 +215,9 @@ def _validate(ttype: TransitionType, data: dict[str, Any]) -> dict[str, Any]:
     return frozen
 
 
+_EMPTY_META = FrozenDict._wrap({})
+
+
 @attrs.frozen(slots=True, init=False)
 class StateTransition:
     """One state change or side-effect request, validated and frozen on creation.
@@ -260,10 +263,13 @@ class StateTransition:
                 field="data",
             )
         checked = _validate(ttype, dict(data))
-        try:
-            frozen_meta = freeze(dict(metadata or {}), "metadata")
-        except TransitionValidationError as exc:
-            raise _bad(ttype, "metadata", str(exc)) from None
+        if not metadata:
+            frozen_meta = _EMPTY_META
+        else:
+            try:
+                frozen_meta = freeze(dict(metadata), "metadata")
+            except TransitionValidationError as exc:
+                raise _bad(ttype, "metadata", str(exc)) from None
         self.__attrs_init__(ttype, FrozenDict._wrap(checked), frozen_meta)
 
     @property

@@ -26,6 +26,17 @@ __all__ = ["reduce", "reset"]
 
 _T = TransitionType
 _ABSENT: Any = object()
+# Enum members bound once: a class attribute lookup per transition adds up on the commit path.
+_UPDATE_STATE = _T.UPDATE_STATE
+_DELETE_STATE = _T.DELETE_STATE
+_ADD_MESSAGE = _T.ADD_MESSAGE
+_ADD_MESSAGES = _T.ADD_MESSAGES
+_UPDATE_CAPABILITY = _T.UPDATE_CAPABILITY
+_UPDATE_STAGE = _T.UPDATE_STAGE
+_EXECUTE_TOOL = _T.EXECUTE_TOOL
+_TOOL_RESULT = _T.TOOL_RESULT
+_CREATE_SESSION = _T.CREATE_SESSION
+_CLOSE_SESSION = _T.CLOSE_SESSION
 
 
 def _fail(exc: VictorActorsError, index: int, transition: StateTransition) -> VictorActorsError:
@@ -40,10 +51,7 @@ def _fail(exc: VictorActorsError, index: int, transition: StateTransition) -> Vi
     return new
 
 
-def _check_target(state: ScopeState, transition: StateTransition) -> None:
-    target = transition.data.get("scope")
-    if target is None or target == state.ref.scope.value:
-        return
+def _check_target(state: ScopeState, target: str) -> None:
     for anc in state.lineage:
         if anc.scope.value == target:
             raise ScopeAccessError(
@@ -56,20 +64,20 @@ def _check_target(state: ScopeState, transition: StateTransition) -> None:
 
 
 def _changes(before: dict[str, Any], after: Any) -> tuple[KeyChange, ...]:
+    if not before:
+        return ()
     out = []
+    get = after.get
     for key, old in before.items():
-        new = after.get(key, _ABSENT)
-        if old is _ABSENT and new is _ABSENT:
-            continue  # deleted a key that was never there: no change
-        out.append(
-            KeyChange(
-                key,
-                None if old is _ABSENT else old,
-                None if new is _ABSENT else new,
-                old is not _ABSENT,
-                new is not _ABSENT,
-            )
-        )
+        new = get(key, _ABSENT)
+        if old is _ABSENT:
+            if new is _ABSENT:
+                continue  # deleted a key that was never there: no change
+            out.append(KeyChange(key, None, new, False, True))
+        elif new is _ABSENT:
+            out.append(KeyChange(key, old, None, True, False))
+        else:
+            out.append(KeyChange(key, old, new, True, True))
     return tuple(out)
 
 
@@ -101,10 +109,11 @@ def reduce(
             f"{state.ref} is closed; it is readable but takes no batches; nothing was applied"
         )
     new_version = state.version + 1
-    values = state.values.mutate()
-    caps = state.capabilities.mutate()
-    pending = state.pending_tools.mutate()
-    sessions = state.sessions.mutate()
+    # Persistent-map mutations are made on first use: most batches touch one or two of them.
+    values: Any = None
+    caps: Any = None
+    pending: Any = None
+    sessions: Any = None
     old_values: dict[str, Any] = {}
     old_caps: dict[str, Any] = {}
     added: list[Any] = []
@@ -113,35 +122,49 @@ def reduce(
     tool_requests: list[Any] = []
     created: list[str] = []
     closed = False
+    own_level = state.ref.scope.value
     for index, t in enumerate(transitions):
         try:
-            _check_target(state, t)
+            d = t.data._data  # the frozen dict's backing dict: read-only use, and faster
+            target = d.get("scope")
+            if target is not None and target != own_level:
+                _check_target(state, target)
             if closed:
                 raise ScopeClosedError(f"{state.ref} was closed earlier in this batch")
-            d = t.data
             tt = t.transition_type
-            if tt is _T.UPDATE_STATE or tt is _T.DELETE_STATE:
+            if tt is _UPDATE_STATE:
+                if values is None:
+                    values = state.values.mutate()
                 key = d["key"]
                 if key not in old_values:
                     old_values[key] = values.get(key, _ABSENT)
-                if tt is _T.UPDATE_STATE:
-                    values[key] = d["value"]
-                elif key in values:
+                values[key] = d["value"]
+            elif tt is _DELETE_STATE:
+                if values is None:
+                    values = state.values.mutate()
+                key = d["key"]
+                if key not in old_values:
+                    old_values[key] = values.get(key, _ABSENT)
+                if key in values:
                     del values[key]
-            elif tt is _T.ADD_MESSAGE:
+            elif tt is _ADD_MESSAGE:
                 added.append(d["message"])
-            elif tt is _T.ADD_MESSAGES:
+            elif tt is _ADD_MESSAGES:
                 added.extend(d["messages"])
-            elif tt is _T.UPDATE_CAPABILITY:
+            elif tt is _UPDATE_CAPABILITY:
                 name = d["capability"]
+                if caps is None:
+                    caps = state.capabilities.mutate()
                 if name not in old_caps:
                     old_caps[name] = caps.get(name, _ABSENT)
                 caps[name] = d["value"]
-            elif tt is _T.UPDATE_STAGE:
+            elif tt is _UPDATE_STAGE:
                 stage = d["stage"]
                 stage_set = True
-            elif tt is _T.EXECUTE_TOOL:
+            elif tt is _EXECUTE_TOOL:
                 request_id = d.get("request_id") or f"{state.ref}@{new_version}#{index}"
+                if pending is None:
+                    pending = state.pending_tools.mutate()
                 if request_id in pending:
                     raise TransitionValidationError(f"tool request {request_id!r} is already pending")
                 request = FrozenDict._wrap(
@@ -154,10 +177,13 @@ def reduce(
                 )
                 pending[request_id] = request
                 tool_requests.append(request)
-            elif tt is _T.TOOL_RESULT:
+            elif tt is _TOOL_RESULT:
                 request_id = d.get("request_id")
-                if request_id is not None and request_id in pending:
-                    del pending[request_id]
+                if request_id is not None:
+                    if pending is None:
+                        pending = state.pending_tools.mutate()
+                    if request_id in pending:
+                        del pending[request_id]
                 added.append(
                     FrozenDict._wrap(
                         {
@@ -169,13 +195,15 @@ def reduce(
                         }
                     )
                 )
-            elif tt is _T.CREATE_SESSION:
+            elif tt is _CREATE_SESSION:
                 session_id = d.get("session_id") or f"{state.ref.id}.{new_version}.{index}"
+                if sessions is None:
+                    sessions = state.sessions.mutate()
                 if session_id in sessions or session_id in created:
                     raise TransitionValidationError(f"session {session_id!r} already exists here")
                 sessions[session_id] = d.get("metadata", FrozenDict._wrap({}))
                 created.append(session_id)
-            elif tt is _T.CLOSE_SESSION:
+            elif tt is _CLOSE_SESSION:
                 target = d.get("session_id")
                 if target is not None and target != state.ref.id:
                     raise ScopeAccessError(
@@ -187,8 +215,8 @@ def reduce(
                 raise TransitionValidationError(f"{tt.name} cannot be applied directly")
         except VictorActorsError as exc:
             raise _fail(exc, index, t) from exc
-    new_values = values.finish()
-    new_caps = caps.finish()
+    new_values = state.values if values is None else values.finish()
+    new_caps = state.capabilities if caps is None else caps.finish()
     changes = _changes(old_values, new_values)
     cap_changes = _changes(old_caps, new_caps)
     # TOOL_RESULT always adds a message, so pending requests never change alone.
@@ -203,8 +231,8 @@ def reduce(
         capabilities=new_caps,
         stage=stage,
         closed=closed,
-        pending_tools=pending.finish(),
-        sessions=sessions.finish(),
+        pending_tools=state.pending_tools if pending is None else pending.finish(),
+        sessions=state.sessions if sessions is None else sessions.finish(),
     )
     record = StateChanged(
         ref=state.ref,

@@ -8,7 +8,7 @@ nothing, because nobody can change it.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any, overload
+from typing import Any, NamedTuple, overload
 
 import attrs
 import immutables
@@ -139,12 +139,13 @@ class ScopeState:
         return self.lineage[0] if self.lineage else None
 
 
-@attrs.frozen(slots=True)
-class KeyChange:
+class KeyChange(NamedTuple):
     """One key's change in a commit.
 
     A delete has ``new_present=False``; a set to None has
-    ``new_present=True`` and ``new_value=None``.
+    ``new_present=True`` and ``new_value=None``. (A named tuple: the commit
+    path makes one per changed key, and this is the cheapest immutable
+    record Python has.)
     """
 
     key: str

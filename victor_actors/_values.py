@@ -85,6 +85,9 @@ class FrozenDict(Mapping[str, Any]):
     def __contains__(self, key: object) -> bool:
         return key in self._data
 
+    def get(self, key: str, default: Any = None) -> Any:
+        return self._data.get(key, default)
+
     def __eq__(self, other: object) -> bool:
         if isinstance(other, FrozenDict):
             return self._data == other._data
