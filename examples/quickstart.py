@@ -1,13 +1,16 @@
 """The main job for now: a team, a workflow and two conversations driven through the manager.
 
-Run it with ``python examples/quickstart.py``. It prints what happened and
-exits non-zero if any of the runtime's promises did not hold.
+Run it with ``python examples/quickstart.py [STORE_PATH]``. It uses an LMDB
+store in a temporary directory unless given a path, reopens it at the end to
+show that everything was durable, prints what happened, and exits non-zero if
+any of the runtime's promises did not hold.
 """
 
 from __future__ import annotations
 
 import asyncio
 import sys
+import tempfile
 import threading
 
 from victor_actors import (
@@ -20,8 +23,16 @@ from victor_actors import (
 
 
 def main() -> int:
+    if len(sys.argv) > 1:
+        return run(sys.argv[1])
+    with tempfile.TemporaryDirectory(prefix="victor-actors-") as path:
+        return run(path)
+
+
+def run(path: str) -> int:
     events: list[StateChanged] = []
-    with GlobalStateManager.open() as manager:
+    print(f"store: {path}")
+    with GlobalStateManager.open(path) as manager:
         glob = manager.get_global_state()
         team = manager.get_team_state("team-a")
         workflow = manager.get_workflow_state("wf-1", team_id="team-a")
@@ -93,6 +104,8 @@ def main() -> int:
         print(f"team v{team.version}: counter={team.get('counter')}")
         print(f"events seen by alice's subscriber: {[e.new_version for e in events]}")
 
+        checkpoint = manager.save_checkpoint(alice.ref, label="end of the turn")
+        print(f"checkpoint: {checkpoint}")
         ok = (
             team.get("counter") == 200
             and snap_b.message_count == 1
@@ -100,6 +113,12 @@ def main() -> int:
             and all(m not in snap_b.messages for m in snap_a.messages)
             and [e.new_version for e in events] == [1, 2, 3]
         )
+    with GlobalStateManager.open(path) as reopened:
+        again = reopened.get_conversation_state("alice").snapshot()
+        team_again = reopened.get_team_state("team-a")
+        print(f"after reopening: alice v{again.version}, team counter={team_again.get('counter')}")
+        ok = ok and again.version == snap_a.version and again.messages == snap_a.messages
+        ok = ok and team_again.get("counter") == 200 and again.get_state("goal") == "ship the report"
     print("all checks passed" if ok else "CHECK FAILED")
     return 0 if ok else 1
 
