@@ -42,7 +42,7 @@ def run(path: str) -> int:
 
         def on_change(event: StateChanged) -> None:
             events.append(event)
-            if event.new_version == 3:
+            if event.new_version == 4:
                 done.set()
 
         alice.subscribe(on_change)
@@ -80,13 +80,21 @@ def run(path: str) -> int:
         for t in threads:
             t.join()
 
-        # A bad batch changes nothing.
-        before = alice.version
+        # One batch across alice's conversation and the team: both commit, or neither.
+        cross = alice.apply(
+            TransitionBatch()
+            .update_state("notes", "shared the outline")
+            .update_state("outline", "v1", scope="team")
+        )
+        print(f"cross-scope commit {cross.commit_id} in {[str(r) for r in cross.involved]}")
+
+        # A batch aimed below the scope it is applied to is refused and changes nothing.
+        before = team.version
         try:
-            alice.apply(TransitionBatch().update_state("x", 1).update_state("y", 2, scope="team"))
+            team.apply(TransitionBatch().update_state("x", 1).update_state("y", 2, scope="conversation"))
         except ScopeAccessError as exc:
             print(f"rejected as expected: {type(exc).__name__}")
-        assert alice.version == before
+        assert team.version == before
 
         # The asyncio twins leave the event loop free.
         async def agent_turn() -> None:
@@ -97,11 +105,15 @@ def run(path: str) -> int:
         done.wait(5.0)
 
         snap_a, snap_b = alice.snapshot(), bob.snapshot()
-        print(f"alice v{snap_a.version}: {snap_a.message_count} messages, draft={snap_a.get_state('draft')!r}")
-        print(f"  reads goal from team: {snap_a.get_state('goal')!r}; model from global: {snap_a.get_state('model')!r}")
+        print(
+            f"alice v{snap_a.version}: {snap_a.message_count} messages, draft={snap_a.get_state('draft')!r}"
+        )
+        print(
+            f"  reads goal from team: {snap_a.get_state('goal')!r}; model from global: {snap_a.get_state('model')!r}"
+        )
         print(f"  pending tool requests: {list(snap_a.pending_tool_requests)}")
         print(f"bob v{snap_b.version}: {snap_b.message_count} messages")
-        print(f"team v{team.version}: counter={team.get('counter')}")
+        print(f"team v{team.version}: counter={team.get('counter')}, outline={team.get('outline')!r}")
         print(f"events seen by alice's subscriber: {[e.new_version for e in events]}")
 
         checkpoint = manager.save_checkpoint(alice.ref, label="end of the turn")
@@ -110,8 +122,9 @@ def run(path: str) -> int:
             team.get("counter") == 200
             and snap_b.message_count == 1
             and snap_a.message_count == 2
+            and snap_a.get_state("outline") == "v1"
             and all(m not in snap_b.messages for m in snap_a.messages)
-            and [e.new_version for e in events] == [1, 2, 3]
+            and [e.new_version for e in events] == [1, 2, 3, 4]
         )
     with GlobalStateManager.open(path) as reopened:
         again = reopened.get_conversation_state("alice").snapshot()

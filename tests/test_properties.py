@@ -70,7 +70,7 @@ def _build(ops: list[tuple[Any, ...]]) -> TransitionBatch:
         elif kind == "bad_team":
             batch.update_state(op[1], 1, scope="team")
         else:
-            batch.delete_state(op[1], scope="global")
+            batch.delete_state(op[1], scope="workflow")  # no workflow above this conversation
     return batch
 
 

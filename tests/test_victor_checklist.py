@@ -386,14 +386,19 @@ def test_28_apply_update_state_session(manager: GlobalStateManager) -> None:
     assert conv.snapshot().get_state("test_key") == "test_value"
     assert conv.snapshot().state == {}
 
-    # Through the conversation it is refused (no cross-scope writes), changing nothing.
+    # Through the conversation it writes the team (a cross-scope batch), not the conversation.
+    record = conv.apply(StateTransition(T.UPDATE_STATE, {**data, "value": "other"}))
+    assert record.involved == (team.ref,) and not record.committed
+    assert team.snapshot().state == {"test_key": "other"}
+    assert team.version == 2
+    assert conv.version == 0
+
+    # A level the conversation does not have is refused, changing nothing.
     with pytest.raises(ScopeAccessError) as info:
-        conv.apply(StateTransition(T.UPDATE_STATE, {**data, "value": "other"}))
+        conv.apply(StateTransition(T.UPDATE_STATE, {**data, "scope": "workflow"}))
     assert info.value.index == 0  # type: ignore[attr-defined]
     assert info.value.transition_type == "UPDATE_STATE"  # type: ignore[attr-defined]
-    assert team.snapshot().state == {"test_key": "test_value"}
-    assert team.version == 1
-    assert conv.version == 0
+    assert team.version == 2 and conv.version == 0
 
 
 def test_29_apply_delete_state(manager: GlobalStateManager) -> None:
@@ -415,10 +420,15 @@ def test_29_apply_delete_state(manager: GlobalStateManager) -> None:
     assert team.snapshot().state == {"test_key": "team_value", "team_only": "kept"}
     assert team.version == 1
 
-    # And a team-scoped delete through the conversation is refused.
+    # A team-scoped delete through the conversation deletes in the team, and only there.
+    conv_before = conv.snapshot()
+    record = conv.apply(TransitionBatch().delete_state("team_only", scope="team"))
+    assert record.involved == (team.ref,)
+    assert "team_only" not in team.snapshot().state
+    assert conv.snapshot().state == conv_before.state
+    # A delete aimed at a level the conversation does not have is refused.
     with pytest.raises(ScopeAccessError):
-        conv.apply(TransitionBatch().delete_state("team_only", scope="team"))
-    assert team.snapshot().get_state("team_only") == "kept"
+        conv.apply(TransitionBatch().delete_state("team_only", scope="workflow"))
 
 
 def test_30_apply_update_capability(manager: GlobalStateManager) -> None:
@@ -457,7 +467,7 @@ def test_32_apply_batch(manager: GlobalStateManager) -> None:
         .add_message("message2")
         .update_state("key", "changed")
         .update_capability("cap")
-        .update_state("team_key", "x", scope="team")
+        .update_state("team_key", "x", scope="workflow")  # this conversation has no workflow
         .update_stage("never")
     )
     with pytest.raises(ScopeAccessError) as info:
@@ -525,6 +535,7 @@ def test_33_create_snapshot_from_scope(manager: GlobalStateManager) -> None:
         "conversation_stage": "planning",
         "closed": False,
         "pending_tool_requests": {},
+        "sessions": {},
     }
 
 

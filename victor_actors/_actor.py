@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 import pykka
 
+from victor_actors._crossscope import PrepareRequest
 from victor_actors._errors import (
     DeadlineExceededError,
     ScopeFailedError,
@@ -148,6 +149,9 @@ class ScopeActor(pykka.ThreadingActor):
         self._commit_counter = commit_counter
 
     def on_receive(self, message: Any) -> Any:
+        if message.__class__ is PrepareRequest:
+            self._prepare(message)
+            return None
         if message.__class__ is ApplyRequest:
             reply = message.reply
             if reply is None:
@@ -161,6 +165,70 @@ class ScopeActor(pykka.ThreadingActor):
             return None
         return super().on_receive(message)
 
+    def _prepare(self, req: PrepareRequest) -> None:
+        """Vote on this scope's part of a cross-scope batch; if yes, hold until it is decided."""
+        cell = self._cell
+        state = cell.state
+        txn = req.txn
+        created: tuple[str, ...] = ()
+        try:
+            if time.monotonic() > txn.deadline:
+                raise DeadlineExceededError(
+                    f"{state.ref}: the batch's deadline passed while it waited in the mailbox; "
+                    "nothing was applied"
+                )
+            if cell.faults:
+                self._run_fault(cell)
+            if req.expected_version is not None and req.expected_version != state.version:
+                raise VersionConflictError(state.ref, req.expected_version, state.version)
+            new_state, record = reduce(
+                state,
+                req.transitions,
+                commit_id=req.commit_id,
+                run_id=req.run_id,
+                timestamp=req.timestamp,
+                indices=req.indices,
+            )
+            created = record.sessions_created
+            if created and self._sessions is not None:
+                self._sessions.reserve_sessions(state.ref, created)
+        except VictorActorsError as exc:
+            txn.votes.put((False, exc))
+            return
+        except BaseException as exc:
+            logger.warning("%s failed while preparing a batch", state.ref, exc_info=True)
+            txn.votes.put((False, self._failed(state, exc)))
+            return
+        txn.votes.put((True, (state, new_state, record)))
+        outcome = txn.wait_outcome()  # this scope takes nothing else until the batch is decided
+        if outcome == "committed" and new_state is not state:
+            self._after_publish(state, record)
+        elif created and self._sessions is not None:
+            self._sessions.release_sessions(created)
+
+    @staticmethod
+    def _run_fault(cell: ScopeCell) -> None:
+        fault = cell.faults.pop(0)
+        if isinstance(fault, BaseException):
+            raise fault
+        fault()
+
+    @staticmethod
+    def _failed(state: ScopeState, exc: BaseException) -> ScopeFailedError:
+        err = ScopeFailedError(
+            f"{state.ref} failed while handling the request ({type(exc).__name__}: {exc}); "
+            f"nothing was applied and the scope stays at version {state.version}"
+        )
+        err.__cause__ = exc
+        return err
+
+    def _after_publish(self, old: ScopeState, record: StateChanged) -> None:
+        if record.sessions_created and self._sessions is not None:
+            self._sessions.adopt_sessions(old.ref, record.sessions_created)
+        subscribers = self._cell.subscribers
+        if subscribers:
+            self._bus.publish(subscribers, record)
+
     def _apply(self, req: ApplyRequest) -> StateChanged:
         cell = self._cell
         state = cell.state
@@ -171,10 +239,7 @@ class ScopeActor(pykka.ThreadingActor):
                     "nothing was applied"
                 )
             if cell.faults:
-                fault = cell.faults.pop(0)
-                if isinstance(fault, BaseException):
-                    raise fault
-                fault()
+                self._run_fault(cell)
             if req.expected_version is not None and req.expected_version != state.version:
                 raise VersionConflictError(state.ref, req.expected_version, state.version)
             step = reduce if req.reset_to is None else _reset_step
@@ -201,15 +266,8 @@ class ScopeActor(pykka.ThreadingActor):
             raise
         except BaseException as exc:
             logger.warning("%s failed while handling a request", state.ref, exc_info=True)
-            raise ScopeFailedError(
-                f"{state.ref} failed while handling the request ({type(exc).__name__}: {exc}); "
-                f"nothing was applied and the scope stays at version {state.version}"
-            ) from exc
+            raise self._failed(state, exc) from exc
         if new_state is not state:
             cell.state = new_state
-            if record.sessions_created and self._sessions is not None:
-                self._sessions.adopt_sessions(state.ref, record.sessions_created)
-            subscribers = cell.subscribers
-            if subscribers:
-                self._bus.publish(subscribers, record)
+            self._after_publish(state, record)
         return record

@@ -22,7 +22,7 @@ from victor_actors._errors import (
 )
 from victor_actors._model import ScopeRef
 from victor_actors._state import ContextSnapshot, ScopeState, StateChanged
-from victor_actors._store import CheckpointInfo, Store, checkpoint_id
+from victor_actors._store import CheckpointInfo, Store, TxnOp, checkpoint_id
 
 if TYPE_CHECKING:
     from victor_actors._handle import ScopeHandle
@@ -61,34 +61,54 @@ class CheckpointsMixin:
 
     # -- the commit path ----------------------------------------------------
 
+    def _commit_ops(
+        self, cell: ScopeCell, new_state: ScopeState, record: StateChanged, transitions: Any, reset: bool
+    ) -> list[TxnOp]:
+        """The store operations that make one scope's commit durable (none in manual mode)."""
+        store = self._store
+        assert store is not None
+        if cell.durability == "manual":
+            return []
+        ref = new_state.ref
+        commit = CommitRecord(
+            "reset" if reset else "batch",
+            new_state.version,
+            record.commit_id,
+            record.timestamp,
+            record.run_id,
+            () if reset else transitions,
+            new_state if reset else None,
+        )
+        ops = [store.op_put_commit(ref, commit)]
+        if new_state.version % self.checkpoint_every == 0:
+            checkpoint = CheckpointRecord(new_state, None, record.timestamp)
+            ops.append(store.op_put_checkpoint(ref, checkpoint, self.keep_checkpoints))
+        return ops
+
     def _persister(self, cell: ScopeCell) -> Persist:
         store = self._store
         assert store is not None
-        every, keep = self.checkpoint_every, self.keep_checkpoints
 
         def persist(new_state: ScopeState, record: StateChanged, req: ApplyRequest) -> None:
-            mode = cell.durability
-            if mode == "manual":
-                return
-            ref = new_state.ref
-            reset = req.reset_to is not None
-            commit = CommitRecord(
-                "reset" if reset else "batch",
-                new_state.version,
-                record.commit_id,
-                record.timestamp,
-                record.run_id,
-                () if reset else req.transitions,
-                new_state if reset else None,
-            )
-            ops = [store.op_put_commit(ref, commit)]
-            if new_state.version % every == 0:
-                ops.append(
-                    store.op_put_checkpoint(ref, CheckpointRecord(new_state, None, record.timestamp), keep)
-                )
-            store.submit(ops, wait=mode == "sync")
+            ops = self._commit_ops(cell, new_state, record, req.transitions, req.reset_to is not None)
+            if ops:
+                store.submit(ops, wait=cell.durability == "sync")
 
         return persist
+
+    def _persist_many(self, parts: list[tuple[ScopeCell, ScopeState, StateChanged, Any]]) -> None:
+        """Make several scopes' parts of one cross-scope commit durable in one LMDB transaction."""
+        store = self._store
+        if store is None:
+            return
+        ops: list[TxnOp] = []
+        wait = False
+        for cell, new_state, record, transitions in parts:
+            if record.committed:
+                ops.extend(self._commit_ops(cell, new_state, record, transitions, False))
+                wait = wait or cell.durability == "sync"
+        if ops:
+            store.submit(ops, wait=wait)
 
     def _need_store(self) -> Store:
         if self._store is None:

@@ -10,9 +10,11 @@ from typing import TYPE_CHECKING, Any
 import pykka
 
 from victor_actors._actor import ApplyRequest, AsyncReply, ScopeCell
+from victor_actors._crossscope import apply_across, split_by_scope
 from victor_actors._errors import (
     DeadlineExceededError,
     RuntimeClosedError,
+    ScopeAccessError,
     ScopeFailedError,
     TransitionValidationError,
 )
@@ -33,6 +35,15 @@ if TYPE_CHECKING:
 __all__ = ["BatchLike", "ScopeHandle"]
 
 BatchLike = TransitionBatch | StateTransition | CoordinatorResult | Iterable[StateTransition]
+Expected = int | Mapping[Any, int] | None
+Parts = dict[ScopeRef, tuple[list[StateTransition], list[int]]] | None
+
+
+def _own_expected(ref: ScopeRef, expected: Mapping[Any, int]) -> int | None:
+    for key in (ref, str(ref), ref.scope, ref.scope.value):
+        if key in expected:
+            return int(expected[key])
+    return None
 
 
 def _transitions(batch: BatchLike) -> tuple[StateTransition, ...]:
@@ -103,7 +114,11 @@ class ScopeHandle:
         It reflects every commit acknowledged before the call, and never
         changes afterwards.
         """
-        return ContextSnapshot(self._cell.state, tuple(c.state for c in self._ancestor_cells))
+        cells = self._ancestor_cells
+        if not cells:
+            return ContextSnapshot(self._cell.state)
+        with self._manager._publish_lock:
+            return ContextSnapshot(self._cell.state, tuple(c.state for c in cells))
 
     async def asnapshot(self) -> ContextSnapshot:
         return self.snapshot()
@@ -119,20 +134,33 @@ class ScopeHandle:
     # -- writes ------------------------------------------------------------
 
     def _request(
-        self, batch: BatchLike, expected_version: int | None, timeout: float | None, reply: AsyncReply | None
-    ) -> tuple[ApplyRequest, float]:
+        self, batch: BatchLike, expected_version: Expected, timeout: float | None, reply: AsyncReply | None
+    ) -> tuple[ApplyRequest, float, Parts]:
         manager = self._manager
         if manager._closed:
             raise RuntimeClosedError(f"the manager is closed; {self.ref} takes no requests")
+        if manager.read_only:
+            raise ScopeAccessError(f"the manager is read-only; {self.ref} takes no batches")
         transitions = _transitions(batch)
+        parts = split_by_scope(self, transitions)
+        if parts is None and expected_version is not None and not isinstance(expected_version, int):
+            expected_version = _own_expected(self.ref, expected_version)
         wait = manager.request_timeout if timeout is None else timeout
         deadline = time.monotonic() + wait
-        return ApplyRequest(transitions, expected_version, deadline, None, reply), wait
+        return ApplyRequest(transitions, expected_version, deadline, None, reply), wait, parts  # type: ignore[arg-type]
 
     def apply(
-        self, batch: BatchLike, *, expected_version: int | None = None, timeout: float | None = None
+        self, batch: BatchLike, *, expected_version: Expected = None, timeout: float | None = None
     ) -> StateChanged:
         """Apply a batch all or nothing; return the commit record.
+
+        A batch may also carry transitions for this scope's ancestors
+        (``scope="team"``, ...): then it commits in every scope it touches or
+        in none, and ``expected_version`` may be a mapping from scope (a
+        ``ScopeRef``, ``"team:t"``, or a level such as ``"team"``) to
+        version. The record returned is this scope's; its ``involved`` and
+        ``related`` name the other scopes' commits, which share its
+        ``commit_id``.
 
         Raises:
             VersionConflictError: ``expected_version`` is not the current one.
@@ -142,7 +170,9 @@ class ScopeHandle:
             ScopeFailedError: the actor failed on this request.
             In every case nothing of the batch was applied.
         """
-        req, wait = self._request(batch, expected_version, timeout, None)
+        req, wait, parts = self._request(batch, expected_version, timeout, None)
+        if parts is not None:
+            return apply_across(self, parts, expected_version, req.deadline or 0.0)
         try:
             record: StateChanged = self._actor.ask(req, block=True, timeout=wait)
         except pykka.Timeout:
@@ -155,12 +185,14 @@ class ScopeHandle:
         return record
 
     async def aapply(
-        self, batch: BatchLike, *, expected_version: int | None = None, timeout: float | None = None
+        self, batch: BatchLike, *, expected_version: Expected = None, timeout: float | None = None
     ) -> StateChanged:
         """The asyncio twin of :meth:`apply`; the event loop stays free meanwhile."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[StateChanged] = loop.create_future()
-        req, wait = self._request(batch, expected_version, timeout, AsyncReply(loop, future))
+        req, wait, parts = self._request(batch, expected_version, timeout, AsyncReply(loop, future))
+        if parts is not None:  # the coordinator blocks on votes: run it off the loop
+            return await asyncio.to_thread(apply_across, self, parts, expected_version, req.deadline or 0.0)
         try:
             self._actor.tell(req)
         except pykka.ActorDeadError:
@@ -179,13 +211,13 @@ class ScopeHandle:
         return ScopeFailedError(f"{self.ref}'s actor is not running; nothing was applied")
 
     def update(
-        self, values: Mapping[str, Any], *, expected_version: int | None = None, timeout: float | None = None
+        self, values: Mapping[str, Any], *, expected_version: Expected = None, timeout: float | None = None
     ) -> StateChanged:
         """Set several keys in this scope in one commit."""
         return self.apply(_updates(values), expected_version=expected_version, timeout=timeout)
 
     async def aupdate(
-        self, values: Mapping[str, Any], *, expected_version: int | None = None, timeout: float | None = None
+        self, values: Mapping[str, Any], *, expected_version: Expected = None, timeout: float | None = None
     ) -> StateChanged:
         return await self.aapply(_updates(values), expected_version=expected_version, timeout=timeout)
 

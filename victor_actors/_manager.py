@@ -87,6 +87,9 @@ class GlobalStateManager(CheckpointsMixin):
         # Commit ids: unique per process and manager; next() on a count is atomic.
         self._commit_prefix = f"{os.getpid():x}.{next(_manager_ids):x}"
         self._commit_counter = itertools.count(1)
+        # Held while a cross-scope commit publishes its states, and by snapshots reading several
+        # scopes, so a snapshot sees all of such a commit or none of it.
+        self._publish_lock = threading.Lock()
         _open_managers.add(self)
         self._ensure(GLOBAL_REF, None)
 
@@ -265,6 +268,9 @@ class GlobalStateManager(CheckpointsMixin):
             if not store.read_only and report.latest_stored_version > state.version:
                 store.submit([store.op_quarantine_after(ref, state.version)], wait=True)
         return self._start(state)
+
+    def _new_commit_id(self) -> str:
+        return f"{self._commit_prefix}.{next(self._commit_counter):x}"
 
     def get_global_state(self) -> ScopeHandle:
         """The application-wide scope."""

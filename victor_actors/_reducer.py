@@ -55,8 +55,8 @@ def _check_target(state: ScopeState, target: str) -> None:
     for anc in state.lineage:
         if anc.scope.value == target:
             raise ScopeAccessError(
-                f"it targets {anc}, an ancestor of {state.ref}; apply it to {anc} "
-                "directly (one batch spanning several scopes is not supported yet)"
+                f"it targets {anc}, an ancestor of {state.ref}; the reducer applies one scope's part "
+                "(a scope handle splits a cross-scope batch into parts)"
             )
     raise ScopeAccessError(
         f"it targets scope {target!r}, which is neither {state.ref} nor one of its ancestors"
@@ -88,8 +88,12 @@ def reduce(
     commit_id: str,
     run_id: str | None = None,
     timestamp: float = 0.0,
+    indices: Sequence[int] | None = None,
 ) -> tuple[ScopeState, StateChanged]:
     """Apply ``transitions`` to ``state`` all or nothing.
+
+    ``indices``, when given, are the transitions' positions in a larger batch
+    (one scope's part of a cross-scope batch); errors name those.
 
     Returns the new state and the commit record. When nothing changed (an
     empty batch, or only deletes of missing keys) the state is returned as
@@ -214,7 +218,7 @@ def reduce(
             else:  # BATCH is flattened before it gets here
                 raise TransitionValidationError(f"{tt.name} cannot be applied directly")
         except VictorActorsError as exc:
-            raise _fail(exc, index, t) from exc
+            raise _fail(exc, index if indices is None else indices[index], t) from exc
     new_values = state.values if values is None else values.finish()
     new_caps = state.capabilities if caps is None else caps.finish()
     changes = _changes(old_values, new_values)

@@ -184,6 +184,10 @@ class StateChanged:
     run_id: str | None = None
     timestamp: float = 0.0
     reset: bool = False  # the scope was set as a whole (restore, rollback)
+    # Cross-scope commits: every scope the batch committed in (all share commit_id), and on the
+    # record apply() returns, the other scopes' records.
+    involved: tuple[ScopeRef, ...] = ()
+    related: tuple[StateChanged, ...] = ()
 
     @property
     def version(self) -> int:
@@ -312,4 +316,5 @@ class ContextSnapshot:
             "conversation_stage": self._state.stage,
             "closed": self._state.closed,
             "pending_tool_requests": thaw(dict(self._state.pending_tools.items())),
+            "sessions": thaw(dict(self._state.sessions.items())),
         }

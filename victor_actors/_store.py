@@ -81,6 +81,7 @@ class CheckpointInfo:
     label: str | None
     timestamp: float
     size: int
+    readable: bool = True
 
 
 @attrs.frozen(slots=True)
@@ -201,6 +202,9 @@ class Store:
                 self.dbs = {name: self.env.open_db(name.encode(), create=False) for name in self.DBS}
             else:
                 self.dbs = {name: self.env.open_db(name.encode()) for name in self.DBS}
+        except lmdb.Error as exc:
+            self._release_lock()
+            raise VictorActorsError(f"cannot open a victor_actors store at {self.path!r}: {exc}") from exc
         except Exception:
             self._release_lock()
             raise
@@ -375,9 +379,19 @@ class Store:
         return None if raw is None else self.codec.decode_scope(bytes(raw), ref=ref)
 
     def scope_records(self) -> list[ScopeRecord]:
+        """Every stored scope's record; unreadable ones are logged and left out."""
         out = []
-        for _key, raw in self._scan("scopes", b""):
-            out.append(self.codec.decode_scope(raw))
+        for key, raw in self._scan("scopes", b""):
+            try:
+                ref: object = ref_from_key(key)
+            except Exception:
+                ref = key
+            try:
+                out.append(self.codec.decode_scope(raw, ref=ref))
+            except CheckpointCorruptError as exc:
+                if exc.fatal:
+                    raise
+                logger.warning("skipping an unreadable scope record: %s", exc)
         return out
 
     def checkpoints(self, ref: ScopeRef) -> list[CheckpointInfo]:
@@ -387,10 +401,12 @@ class Store:
             version = version_of(key)
             try:
                 rec = self.codec.decode_checkpoint(raw, ref=ref, version=version)
-                label, ts = rec.label, rec.timestamp
+                label, ts, readable = rec.label, rec.timestamp, True
             except CheckpointCorruptError:
-                label, ts = None, 0.0
-            out.append(CheckpointInfo(checkpoint_id(ref, version), ref, version, label, ts, len(raw)))
+                label, ts, readable = None, 0.0, False
+            out.append(
+                CheckpointInfo(checkpoint_id(ref, version), ref, version, label, ts, len(raw), readable)
+            )
         return out
 
     def log_versions(self, ref: ScopeRef) -> list[int]:
@@ -476,6 +492,8 @@ class Store:
                 break
             state = apply_record(state, rec)
             replayed += 1
+        if upto is not None and upto > latest:
+            raise CheckpointNotFoundError(f"{ref} has no version {upto}; its newest is {latest}")
         if upto is not None and state.version != upto:
             raise CheckpointNotFoundError(
                 f"{ref}: version {upto} cannot be rebuilt from the store (reached {state.version})"

@@ -1,0 +1,231 @@
+"""One batch across a scope and its ancestors: all of it commits, or none of it.
+
+The protocol (prepare, then commit or abort) runs on the caller's thread, the
+coordinator, against the involved scopes' actors:
+
+1. Prepare, one scope at a time, always in the same order: from the widest
+   scope (global) down to the one the batch was applied to. Each actor
+   checks its part (deadline, expected version, the reducer), votes, and if
+   it voted yes it stops taking other requests until the transaction is
+   decided: its thread waits on the shared ``CrossTxn``.
+2. If every part voted yes, the coordinator claims the transaction
+   (``pending -> committing``), makes every part durable in one store job
+   (one LMDB write transaction), publishes every new state under the
+   manager's publish lock (so a snapshot spanning these scopes sees all of
+   it or none of it), then marks it committed and wakes the actors, which
+   publish their events.
+3. Otherwise (a part rejected, failed, or missed its deadline) the
+   transaction is aborted: nothing was published or stored, and every
+   waiting actor resumes with its state as it was.
+
+Deadlock freedom: every transaction locks the scopes it involves in one
+global order (by depth, global first), and the scopes a batch may involve
+are one chain of ancestors, so no two transactions ever wait on each other
+in a cycle. Deadlines bound every wait as well: a prepared actor that hears
+nothing past its deadline aborts the transaction itself, unless the
+coordinator already claimed it, in which case the outcome is committed and
+only moments away.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from victor_actors._errors import DeadlineExceededError, ScopeAccessError, ScopeFailedError
+from victor_actors._model import ScopeRef, StateScope, StateTransition
+from victor_actors._state import ScopeState, StateChanged
+
+if TYPE_CHECKING:
+    from victor_actors._handle import ScopeHandle
+
+__all__ = ["CrossTxn", "PrepareRequest", "apply_across", "split_by_scope"]
+
+_PENDING, _COMMITTING, _COMMITTED, _ABORTED = "pending", "committing", "committed", "aborted"
+# How long a prepared actor waits past the transaction's deadline before it may abort it alone.
+_GRACE = 1.0
+
+
+class CrossTxn:
+    """The shared fate of one cross-scope transaction."""
+
+    def __init__(self, deadline: float) -> None:
+        self.deadline = deadline
+        self.lock = threading.Lock()
+        self.decided = threading.Condition(self.lock)
+        self.state = _PENDING
+        self.votes: queue.SimpleQueue[tuple[bool, Any]] = queue.SimpleQueue()
+
+    def claim(self) -> bool:
+        """The coordinator's step: pending -> committing. False if an actor aborted it first."""
+        with self.lock:
+            if self.state != _PENDING:
+                return False
+            self.state = _COMMITTING
+            return True
+
+    def finish(self, state: str) -> None:
+        with self.lock:
+            self.state = state
+            self.decided.notify_all()
+
+    def wait_outcome(self) -> str:
+        """A prepared actor's wait: returns "committed" or "aborted"."""
+        with self.lock:
+            while self.state in (_PENDING, _COMMITTING):
+                remaining = self.deadline + _GRACE - time.monotonic()
+                if self.state == _PENDING and remaining <= 0:
+                    self.state = _ABORTED  # the coordinator is gone or too late: abort alone
+                    self.decided.notify_all()
+                    break
+                self.decided.wait(timeout=None if self.state == _COMMITTING else max(remaining, 0.001))
+            return self.state
+
+
+@attrs.frozen(slots=True)
+class PrepareRequest:
+    """Check this scope's part of a cross-scope batch, vote, and hold until decided."""
+
+    txn: CrossTxn
+    transitions: tuple[StateTransition, ...]
+    indices: tuple[int, ...]
+    expected_version: int | None
+    commit_id: str
+    timestamp: float
+    run_id: str | None = None
+
+
+@attrs.frozen(slots=True)
+class Vote:
+    """A yes vote: the part's current state and the state it would commit."""
+
+    handle: ScopeHandle
+    old: ScopeState
+    new: ScopeState
+    record: StateChanged
+
+
+def split_by_scope(
+    handle: ScopeHandle, transitions: tuple[StateTransition, ...]
+) -> dict[ScopeRef, tuple[list[StateTransition], list[int]]] | None:
+    """Group transitions by the scope they target; None if all target ``handle``'s own scope.
+
+    Raises:
+        ScopeAccessError: a transition targets a scope that is neither the
+            applying scope nor one of its ancestors; nothing is applied.
+    """
+    own = handle.ref.scope.value
+    if all(t.data.get("scope") in (None, own) for t in transitions):
+        return None
+    lineage = handle._cell.state.lineage
+    by_level = {anc.scope.value: anc for anc in lineage}
+    parts: dict[ScopeRef, tuple[list[StateTransition], list[int]]] = {handle.ref: ([], [])}
+    for index, t in enumerate(transitions):
+        target = t.data.get("scope")
+        if target is None or target == own:
+            ref = handle.ref
+        else:
+            found = by_level.get(target)
+            if found is None:
+                raise _access(handle.ref, index, t, target)
+            ref = found
+        part = parts.setdefault(ref, ([], []))
+        part[0].append(t)
+        part[1].append(index)
+    return parts
+
+
+def _access(ref: ScopeRef, index: int, t: StateTransition, target: str) -> ScopeAccessError:
+    level = StateScope(target)
+    err = ScopeAccessError(
+        f"transition {index} ({t.transition_type.name}) targets the {level.value} scope, which is "
+        f"neither {ref} nor one of its ancestors; nothing was applied"
+    )
+    err.index = index  # type: ignore[attr-defined]
+    err.transition_type = t.transition_type.name  # type: ignore[attr-defined]
+    return err
+
+
+def _expected_for(expected: Any, ref: ScopeRef, applying: ScopeRef) -> int | None:
+    if expected is None or isinstance(expected, int):
+        return expected if ref == applying else None
+    for key in (ref, str(ref), ref.scope, ref.scope.value):
+        if key in expected:
+            return int(expected[key])
+    return None
+
+
+def apply_across(
+    handle: ScopeHandle,
+    parts: dict[ScopeRef, tuple[list[StateTransition], list[int]]],
+    expected_version: Any,
+    deadline: float,
+    run_id: str | None = None,
+) -> StateChanged:
+    """Run the protocol for ``parts``; return the applying scope's record."""
+    manager = handle._manager
+    depth = {ref: i for i, ref in enumerate(reversed((*handle._cell.state.lineage,)))}
+    depth[handle.ref] = len(depth)
+    order = sorted(parts, key=lambda r: depth[r])  # global first: the one global lock order
+    txn = CrossTxn(deadline)
+    commit_id = manager._new_commit_id()
+    now = time.time()
+    votes: list[Vote] = []
+    error: BaseException | None = None
+    for ref in order:
+        transitions, indices = parts[ref]
+        participant = handle if ref == handle.ref else manager.scope(ref)
+        req = PrepareRequest(
+            txn,
+            tuple(transitions),
+            tuple(indices),
+            _expected_for(expected_version, ref, handle.ref),
+            commit_id,
+            now,
+            run_id,
+        )
+        try:
+            participant._actor.tell(req)
+        except Exception:
+            error = ScopeFailedError(f"{ref}'s actor is not running; nothing was applied")
+            break
+        try:
+            ok, payload = txn.votes.get(timeout=max(deadline - time.monotonic(), 0.0))
+        except queue.Empty:
+            error = DeadlineExceededError(
+                f"{ref} did not prepare its part before the deadline; nothing was applied"
+            )
+            break
+        if not ok:
+            error = payload
+            break
+        old, new, record = payload
+        votes.append(Vote(participant, old, new, record))
+    if error is not None or not txn.claim():
+        txn.finish(_ABORTED)
+        if error is None:
+            error = DeadlineExceededError(
+                "a participant gave up waiting for the decision; nothing was applied"
+            )
+        raise error
+    try:
+        manager._persist_many(
+            [(v.handle._cell, v.new, v.record, tuple(parts[v.handle.ref][0])) for v in votes]
+        )
+    except BaseException:
+        txn.finish(_ABORTED)
+        raise
+    try:
+        with manager._publish_lock:
+            for v in votes:
+                v.handle._cell.state = v.new
+    finally:
+        txn.finish(_COMMITTED)
+    mine = next(v.record for v in votes if v.handle is handle)
+    involved = tuple(v.handle.ref for v in votes if v.new is not v.old)
+    related = tuple(v.record for v in votes if v.handle is not handle and v.new is not v.old)
+    return attrs.evolve(mine, involved=involved, related=related)
