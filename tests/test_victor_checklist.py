@@ -799,7 +799,7 @@ def test_batch_nesting_is_flattened(manager: GlobalStateManager) -> None:
         StateTransition(T.BATCH, {"transitions": [a], "scope": "team"})
 
 
-@pytest.mark.parametrize("scope", ["session", "Session", "GLOBAL", "conversations", "", "team:t", 5])
+@pytest.mark.parametrize("scope", ["session", "Session", "GLOBAL", "conversations", "", "nolevel:t", 5])
 def test_invalid_scope_strings_are_rejected(scope: Any) -> None:
     with pytest.raises(TransitionValidationError) as info:
         StateTransition(T.UPDATE_STATE, {"key": "k", "value": 1, "scope": scope})

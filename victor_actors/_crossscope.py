@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from victor_actors._errors import DeadlineExceededError, ScopeAccessError, ScopeFailedError
-from victor_actors._model import ScopeRef, StateScope, StateTransition
+from victor_actors._model import ScopeRef, StateTransition
 from victor_actors._state import ScopeState, StateChanged
 
 if TYPE_CHECKING:
@@ -119,17 +119,19 @@ def split_by_scope(
             applying scope nor one of its ancestors; nothing is applied.
     """
     own = handle.ref.scope.value
-    if all(t.data.get("scope") in (None, own) for t in transitions):
+    own_name = str(handle.ref)
+    if all(t.data.get("scope") in (None, own, own_name) for t in transitions):
         return None
     lineage = handle._cell.state.lineage
-    by_level = {anc.scope.value: anc for anc in lineage}
+    by_target = {anc.scope.value: anc for anc in lineage}
+    by_target.update({str(anc): anc for anc in lineage})
     parts: dict[ScopeRef, tuple[list[StateTransition], list[int]]] = {handle.ref: ([], [])}
     for index, t in enumerate(transitions):
         target = t.data.get("scope")
-        if target is None or target == own:
+        if target is None or target == own or target == own_name:
             ref = handle.ref
         else:
-            found = by_level.get(target)
+            found = by_target.get(target)
             if found is None:
                 raise _access(handle.ref, index, t, target)
             ref = found
@@ -140,10 +142,10 @@ def split_by_scope(
 
 
 def _access(ref: ScopeRef, index: int, t: StateTransition, target: str) -> ScopeAccessError:
-    level = StateScope(target)
+    what = f"the {target} scope" if ":" not in target else target
     err = ScopeAccessError(
-        f"transition {index} ({t.transition_type.name}) targets the {level.value} scope, which is "
-        f"neither {ref} nor one of its ancestors; nothing was applied"
+        f"transition {index} ({t.transition_type.name}) targets {what}, which is "
+        f"neither {ref} nor one of its ancestors (a batch may write only there); nothing was applied"
     )
     err.index = index  # type: ignore[attr-defined]
     err.transition_type = t.transition_type.name  # type: ignore[attr-defined]

@@ -151,6 +151,18 @@ def _need_str(ttype: TransitionType, data: Mapping[str, Any], field: str) -> Non
         raise _bad(ttype, field, f"must be a non-empty str, got {value!r}")
 
 
+def _scope_target(ttype: TransitionType, value: Any) -> str:
+    """A transition's ``scope``: a level (``"team"``) or one instance (``"team:team-a"``)."""
+    try:
+        if isinstance(value, ScopeRef):
+            return str(value)
+        if isinstance(value, str) and ":" in value:
+            return str(ScopeRef.parse(value))
+        return StateScope.coerce(value).value
+    except TransitionValidationError:
+        raise _bad(ttype, "scope", f"names no scope: {value!r}") from None
+
+
 def _validate(ttype: TransitionType, data: dict[str, Any]) -> dict[str, Any]:
     """Check ``data`` for ``ttype`` and return it frozen, field by field."""
     required, optional = _FIELDS[ttype]
@@ -167,10 +179,7 @@ def _validate(ttype: TransitionType, data: dict[str, Any]) -> dict[str, Any]:
         if data["scope"] is None:
             del data["scope"]
         else:
-            try:
-                data["scope"] = StateScope.coerce(data["scope"]).value
-            except TransitionValidationError:
-                raise _bad(ttype, "scope", f"names no scope: {data['scope']!r}") from None
+            data["scope"] = _scope_target(ttype, data["scope"])
     if ttype is TransitionType.BATCH:
         inner = data["transitions"]
         if isinstance(inner, TransitionBatch):
@@ -274,9 +283,17 @@ class StateTransition:
 
     @property
     def scope(self) -> StateScope | None:
-        """The scope this transition targets, or None for the applying scope."""
+        """The level this transition targets, or None for the applying scope."""
         value = self.data.get("scope")
-        return None if value is None else StateScope(value)
+        if value is None:
+            return None
+        return StateScope(value.partition(":")[0])
+
+    @property
+    def target(self) -> ScopeRef | None:
+        """The scope instance this transition names, if it names one (``scope="team:t"``)."""
+        value = self.data.get("scope")
+        return ScopeRef.parse(value) if value is not None and ":" in value else None
 
     def flatten(self) -> Iterator[StateTransition]:
         """Yield this transition, or the transitions inside it for BATCH."""
@@ -327,18 +344,22 @@ class TransitionBatch:
         self.transitions.append(StateTransition(ttype, data))
         return self
 
-    def add_message(self, message: Any, *, scope: StateScope | str | None = None) -> TransitionBatch:
+    def add_message(
+        self, message: Any, *, scope: StateScope | ScopeRef | str | None = None
+    ) -> TransitionBatch:
         return self._push(TransitionType.ADD_MESSAGE, {"message": message, "scope": scope})
 
     def add_messages(
-        self, messages: Sequence[Any], *, scope: StateScope | str | None = None
+        self, messages: Sequence[Any], *, scope: StateScope | ScopeRef | str | None = None
     ) -> TransitionBatch:
         return self._push(TransitionType.ADD_MESSAGES, {"messages": messages, "scope": scope})
 
-    def update_state(self, key: str, value: Any, scope: StateScope | str | None = None) -> TransitionBatch:
+    def update_state(
+        self, key: str, value: Any, scope: StateScope | ScopeRef | str | None = None
+    ) -> TransitionBatch:
         return self._push(TransitionType.UPDATE_STATE, {"key": key, "value": value, "scope": scope})
 
-    def delete_state(self, key: str, scope: StateScope | str | None = None) -> TransitionBatch:
+    def delete_state(self, key: str, scope: StateScope | ScopeRef | str | None = None) -> TransitionBatch:
         return self._push(TransitionType.DELETE_STATE, {"key": key, "scope": scope})
 
     def update_capability(self, name: str, value: Any = True) -> TransitionBatch:
@@ -465,7 +486,9 @@ class CoordinatorResult:
         self.transitions.add_message(message)
         return self
 
-    def update_state(self, key: str, value: Any, scope: StateScope | str | None = None) -> CoordinatorResult:
+    def update_state(
+        self, key: str, value: Any, scope: StateScope | ScopeRef | str | None = None
+    ) -> CoordinatorResult:
         """Add a state update to this result's batch; returns the result."""
         self.transitions.update_state(key, value, scope)
         return self

@@ -52,8 +52,10 @@ def _fail(exc: VictorActorsError, index: int, transition: StateTransition) -> Vi
 
 
 def _check_target(state: ScopeState, target: str) -> None:
+    if target == str(state.ref):
+        return
     for anc in state.lineage:
-        if anc.scope.value == target:
+        if anc.scope.value == target or str(anc) == target:
             raise ScopeAccessError(
                 f"it targets {anc}, an ancestor of {state.ref}; the reducer applies one scope's part "
                 "(a scope handle splits a cross-scope batch into parts)"

@@ -1,0 +1,310 @@
+"""Batches across a scope and its ancestors: everywhere or nowhere, serialisable, deadlock-free."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from victor_actors import (
+    DeadlineExceededError,
+    GlobalStateManager,
+    ScopeAccessError,
+    ScopeFailedError,
+    ScopeRef,
+    StateChanged,
+    TransitionBatch,
+    VersionConflictError,
+)
+
+
+def _increment(conv: object, team: object, label: str) -> int:
+    """Bump the team counter and add a message to ``conv`` in one batch; retry on conflict.
+
+    Retries back off a little, with jitter, as optimistic writers under contention should.
+    """
+    tries = 0
+    rng = random.Random()
+    while True:
+        tries += 1
+        if tries > 1:
+            time.sleep(rng.uniform(0, min(0.004, 0.0003 * tries)))
+        snap = conv.snapshot()  # type: ignore[attr-defined]
+        team_version = team.version  # type: ignore[attr-defined]
+        counter = team.snapshot().get_state("counter", 0)  # type: ignore[attr-defined]
+        if team.version != team_version:  # type: ignore[attr-defined]
+            continue
+        batch = TransitionBatch().add_message(label).update_state("counter", counter + 1, scope="team")
+        try:
+            conv.apply(batch, expected_version={"team": team_version, "conversation": snap.version})  # type: ignore[attr-defined]
+            return tries
+        except VersionConflictError:
+            continue
+
+
+def test_fifty_conversations_count_to_ten_thousand(manager: GlobalStateManager) -> None:
+    team = manager.get_team_state("t")
+    convs = [manager.get_conversation_state(f"c{i}", team_id="t") for i in range(50)]
+    errors: list[BaseException] = []
+
+    def agent(i: int) -> None:
+        try:
+            for n in range(200):
+                _increment(convs[i], team, f"c{i}:{n}")
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=agent, args=(i,)) for i in range(50)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=240)
+    assert not any(t.is_alive() for t in threads), "deadlock or livelock"
+    assert not errors
+    assert team.get("counter") == 10_000
+    for i, conv in enumerate(convs):
+        assert conv.snapshot().messages == tuple(f"c{i}:{n}" for n in range(200))
+
+
+def test_forbidden_targets_raise_before_anything_is_applied(manager: GlobalStateManager) -> None:
+    conv = manager.get_conversation_state("a", workflow_id="wf", team_id="t")
+    sibling = manager.get_conversation_state("b", workflow_id="wf", team_id="t")
+    other_team = manager.get_team_state("other")
+    team = manager.get_team_state("t")
+    cases = [
+        ScopeRef("conversation", "b"),  # a sibling conversation
+        ScopeRef("team", "other"),  # another team
+        ScopeRef("conversation", "ghost"),  # an unknown scope
+        "workflow:nowhere",  # an unknown workflow, by name
+    ]
+    for target in cases:
+        batch = (
+            TransitionBatch()
+            .add_message("m")
+            .update_state("k", 1, scope="team")
+            .update_state("x", 1, scope=target)
+        )
+        with pytest.raises(ScopeAccessError) as info:
+            conv.apply(batch)
+        assert info.value.index == 2  # type: ignore[attr-defined]
+    # a descendant, from the team's side; and a level the scope does not have
+    with pytest.raises(ScopeAccessError):
+        team.apply(TransitionBatch().update_state("k", 1).update_state("x", 1, scope="conversation"))
+    lone = manager.get_conversation_state("lone")
+    with pytest.raises(ScopeAccessError):
+        lone.apply(TransitionBatch().update_state("x", 1, scope="team"))
+    assert conv.version == sibling.version == other_team.version == team.version == lone.version == 0
+
+
+def test_ancestors_by_level_or_by_name(manager: GlobalStateManager) -> None:
+    conv = manager.get_conversation_state("a", workflow_id="wf", team_id="t")
+    record = conv.apply(
+        TransitionBatch()
+        .add_message("hello")
+        .update_state("w", 1, scope="workflow")
+        .update_state("t", 2, scope=ScopeRef("team", "t"))
+        .update_state("g", 3, scope="global")
+        .update_state("own", 4, scope="conversation:a")
+    )
+    assert set(record.involved) == {
+        ScopeRef("conversation", "a"),
+        ScopeRef("workflow", "wf"),
+        ScopeRef("team", "t"),
+        ScopeRef("global", "global"),
+    }
+    assert {r.commit_id for r in record.related} == {record.commit_id}
+    snap = conv.snapshot()
+    assert (snap.get_state("w"), snap.get_state("t"), snap.get_state("g"), snap.get_state("own")) == (
+        1,
+        2,
+        3,
+        4,
+    )
+    assert snap.state == {"own": 4}
+
+
+def test_a_rejected_part_aborts_the_whole_batch(manager: GlobalStateManager) -> None:
+    team = manager.get_team_state("t")
+    conv = manager.get_conversation_state("c", team_id="t")
+    team.set("k", 0)
+    with pytest.raises(VersionConflictError) as info:
+        conv.apply(
+            TransitionBatch().add_message("m").update_state("k", 1, scope="team"),
+            expected_version={"team": 0},
+        )
+    assert info.value.current_version == 1
+    with pytest.raises(ScopeFailedError):
+        manager.inject_fault(team.ref, RuntimeError("team breaks during prepare"))
+        conv.apply(TransitionBatch().add_message("m").update_state("k", 1, scope="team"))
+    manager.inject_fault(conv.ref, SystemExit(3))
+    with pytest.raises(ScopeFailedError):
+        conv.apply(TransitionBatch().add_message("m").update_state("k", 1, scope="team"))
+    assert conv.version == 0 and team.version == 1 and team.get("k") == 0
+    # and both serve again
+    assert conv.apply(TransitionBatch().add_message("m").update_state("k", 2, scope="team")).version == 1
+    assert team.get("k") == 2
+
+
+def test_a_participant_missing_its_deadline_aborts(manager: GlobalStateManager) -> None:
+    team = manager.get_team_state("t")
+    conv = manager.get_conversation_state("c", team_id="t")
+    manager.inject_fault(team.ref, lambda: time.sleep(0.5))
+    busy = threading.Thread(target=lambda: team.set("busy", 1))
+    busy.start()
+    time.sleep(0.05)
+    with pytest.raises(DeadlineExceededError):
+        conv.apply(TransitionBatch().add_message("m").update_state("k", 1, scope="team"), timeout=0.1)
+    busy.join()
+    time.sleep(0.1)
+    assert conv.version == 0 and team.get("k") is None and team.version == 1
+
+
+def test_events_share_the_commit_id_in_each_scopes_order(manager: GlobalStateManager) -> None:
+    team = manager.get_team_state("t")
+    conv = manager.get_conversation_state("c", team_id="t")
+    team_events: list[StateChanged] = []
+    conv_events: list[StateChanged] = []
+    team.subscribe(team_events.append)
+    conv.subscribe(conv_events.append)
+    team.set("solo", 1)
+    commits = [
+        conv.apply(TransitionBatch().add_message(f"m{i}").update_state("n", i, scope="team"))
+        for i in range(5)
+    ]
+    deadline = time.monotonic() + 5
+    while (len(team_events) < 6 or len(conv_events) < 5) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert [e.new_version for e in team_events] == [1, 2, 3, 4, 5, 6]
+    assert [e.new_version for e in conv_events] == [1, 2, 3, 4, 5]
+    assert [e.commit_id for e in team_events[1:]] == [c.commit_id for c in commits]
+    assert [e.commit_id for e in conv_events] == [c.commit_id for c in commits]
+
+
+def _invariant_reader(convs: list, stop: threading.Event, violations: list) -> None:  # type: ignore[type-arg]
+    """Every snapshot must show a conversation's "k" equal to its slot in the team: never half a batch."""
+    while not stop.is_set():
+        for i, conv in enumerate(convs):
+            snap = conv.snapshot()
+            own = snap.state.get("k", 0)
+            team_side = snap.get_state(f"slot{i}", 0) if "slot" not in snap.state else None
+            if own != team_side or snap.message_count != own:
+                violations.append((i, own, team_side, snap.message_count))
+
+
+@settings(max_examples=12, deadline=None, derandomize=True)
+@given(
+    plans=st.lists(
+        st.lists(st.sampled_from(["cross", "cross", "own", "team", "fail-conv", "fail-team"]), max_size=12),
+        min_size=2,
+        max_size=4,
+    )
+)
+def test_interleavings_never_show_a_partial_batch(plans: list[list[str]]) -> None:
+    with GlobalStateManager.open(request_timeout=10.0) as manager:
+        team = manager.get_team_state("t")
+        wf = manager.get_workflow_state("wf", team_id="t")
+        convs = [manager.get_conversation_state(f"c{i}", workflow_id="wf") for i in range(len(plans))]
+        stop = threading.Event()
+        violations: list[object] = []
+        reader = threading.Thread(target=_invariant_reader, args=(convs, stop, violations))
+        reader.start()
+        lock = threading.Lock()
+
+        def worker(i: int, plan: list[str]) -> None:
+            for step in plan:
+                try:
+                    run_step(i, step)
+                except ScopeFailedError:
+                    pass  # an injected fault hit this request; it applied nothing
+
+        def run_step(i: int, step: str) -> None:
+            conv = convs[i]
+            if step == "own":
+                conv.set("other", step)
+                return
+            if step == "team":
+                team.set("noise", i)
+                wf.set("noise", i)
+                return
+            k = conv.snapshot().state.get("k", 0) + 1
+            batch = (
+                TransitionBatch()
+                .add_message(k)
+                .update_state("k", k)
+                .update_state(f"slot{i}", k, scope="team")
+                .update_state("touched", i, scope="workflow")
+            )
+            if step.startswith("fail"):
+                # the fault hits whichever request reaches that actor next: this one or another's
+                with lock:
+                    manager.inject_fault(conv.ref if step == "fail-conv" else team.ref, RuntimeError("x"))
+            conv.apply(batch)
+
+        threads = [threading.Thread(target=worker, args=(i, plan)) for i, plan in enumerate(plans)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=60)
+        assert not any(t.is_alive() for t in threads), "deadlock"
+        stop.set()
+        reader.join()
+        assert violations == []
+        for i, conv in enumerate(convs):
+            snap = conv.snapshot()
+            assert snap.get_state(f"slot{i}", 0) == snap.state.get("k", 0) == snap.message_count
+
+
+_CRASH_CHILD = """
+import sys, threading
+from victor_actors import GlobalStateManager, TransitionBatch
+m = GlobalStateManager.open(sys.argv[1], checkpoint_every=5)
+lock = threading.Lock()
+def agent(n):
+    c = m.get_conversation_state(f"c{n}", workflow_id="wf", team_id="t")
+    while True:
+        k = c.version + 1
+        c.apply(TransitionBatch().add_message(k).update_state("k", k)
+                .update_state(f"slot{n}", k, scope="team").update_state(f"w{n}", k, scope="workflow"))
+        with lock:
+            print(f"c{n} {k}", flush=True)
+for n in range(3):
+    threading.Thread(target=agent, args=(n,), daemon=True).start()
+threading.Event().wait()
+"""
+
+
+def test_crash_during_cross_scope_commits_is_all_or_nothing(tmp_path: Path) -> None:
+    rng = random.Random(11)
+    acked: dict[str, int] = {}
+    for _round in range(3):
+        proc = subprocess.Popen(
+            [sys.executable, "-c", _CRASH_CHILD, str(tmp_path)], stdout=subprocess.PIPE, text=True
+        )
+        assert proc.stdout is not None
+        target = rng.randint(15, 90)
+        for n, line in enumerate(proc.stdout):
+            name, k = line.split()
+            acked[name] = max(acked.get(name, 0), int(k))
+            if n + 1 >= target:
+                break
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        with GlobalStateManager.open(tmp_path) as m:
+            team = m.get_team_state("t").snapshot()
+            wf = m.get_workflow_state("wf").snapshot()
+            for name, k in acked.items():
+                n = name[1:]
+                snap = m.get_conversation_state(name).snapshot()
+                assert snap.version >= k
+                assert snap.get_state("k") == snap.version == snap.message_count
+                assert team.get_state(f"slot{n}") == snap.version  # the team has exactly its part
+                assert wf.get_state(f"w{n}") == snap.version
