@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import random
 import signal
@@ -51,28 +52,95 @@ def _increment(conv: object, team: object, label: str) -> int:
             continue
 
 
-def test_fifty_conversations_count_to_ten_thousand(manager: GlobalStateManager) -> None:
-    team = manager.get_team_state("t")
-    convs = [manager.get_conversation_state(f"c{i}", team_id="t") for i in range(50)]
+def _run_agents(n: int, agent: object) -> None:
     errors: list[BaseException] = []
 
-    def agent(i: int) -> None:
+    def guarded(i: int) -> None:
         try:
-            for n in range(200):
-                _increment(convs[i], team, f"c{i}:{n}")
+            agent(i)  # type: ignore[operator]
         except BaseException as exc:  # pragma: no cover - reported below
             errors.append(exc)
 
-    threads = [threading.Thread(target=agent, args=(i,)) for i in range(50)]
+    threads = [threading.Thread(target=guarded, args=(i,)) for i in range(n)]
     for t in threads:
         t.start()
     for t in threads:
         t.join(timeout=240)
     assert not any(t.is_alive() for t in threads), "deadlock or livelock"
     assert not errors
+
+
+def test_fifty_conversations_count_to_ten_thousand(manager: GlobalStateManager) -> None:
+    """50 agents x 200 cross-scope increments of one team counter, each with a message of its own."""
+    team = manager.get_team_state("t")
+    convs = [manager.get_conversation_state(f"c{i}", team_id="t") for i in range(50)]
+
+    def agent(i: int) -> None:
+        for n in range(200):
+            convs[i].transact(
+                lambda snap, n=n: (
+                    TransitionBatch()
+                    .add_message(f"c{i}:{n}")
+                    .update_state("counter", snap.get_state("counter", 0) + 1, scope="team")
+                ),
+                lock=["team"],
+            )
+
+    _run_agents(50, agent)
     assert team.get("counter") == 10_000
+    assert team.version == 10_000
     for i, conv in enumerate(convs):
         assert conv.snapshot().messages == tuple(f"c{i}:{n}" for n in range(200))
+
+
+def test_optimistic_increments_with_expected_versions_lose_nothing(manager: GlobalStateManager) -> None:
+    """The same work through apply(expected_version={...}) and retries (slower under contention)."""
+    team = manager.get_team_state("t")
+    convs = [manager.get_conversation_state(f"c{i}", team_id="t") for i in range(50)]
+    tries = [0] * 50
+
+    def agent(i: int) -> None:
+        for n in range(10):
+            tries[i] += _increment(convs[i], team, f"c{i}:{n}")
+
+    _run_agents(50, agent)
+    assert team.get("counter") == 500
+    assert sum(tries) >= 500
+    for i, conv in enumerate(convs):
+        assert conv.snapshot().messages == tuple(f"c{i}:{n}" for n in range(10))
+
+
+def test_transact_is_all_or_nothing_and_only_writes_what_it_locked(manager: GlobalStateManager) -> None:
+    team = manager.get_team_state("t")
+    conv = manager.get_conversation_state("c", workflow_id="wf", team_id="t")
+
+    def boom(_snap: object) -> TransitionBatch:
+        raise ValueError("the coordinator changed its mind")
+
+    with pytest.raises(ValueError, match="changed its mind"):
+        conv.transact(boom)
+    with pytest.raises(ScopeAccessError, match="did not lock"):
+        conv.transact(lambda s: TransitionBatch().update_state("k", 1, scope="global"), lock=["team"])
+    with pytest.raises(ScopeAccessError):
+        conv.transact(lambda s: TransitionBatch(), lock=["conversation:other"])
+    with pytest.raises(ScopeAccessError):
+        team.transact(lambda s: TransitionBatch(), lock=["workflow"])  # a descendant
+    assert conv.version == team.version == 0
+    # the locks were released: ordinary requests go through at once
+    assert team.set("k", 1, timeout=1.0).version == 1
+    record = conv.transact(
+        lambda s: TransitionBatch().add_message("m").update_state("k", s.get_state("k") + 1, scope="team")
+    )
+    assert record.version == 1 and team.get("k") == 2
+    assert set(record.involved) == {conv.ref, team.ref}
+
+    async def main() -> None:
+        await conv.atransact(
+            lambda s: TransitionBatch().update_state("k", s.get_state("k") * 10, scope="team")
+        )
+
+    asyncio.run(main())
+    assert team.get("k") == 20
 
 
 def test_forbidden_targets_raise_before_anything_is_applied(manager: GlobalStateManager) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import queue
 import time
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol
@@ -181,13 +182,25 @@ class ScopeActor(pykka.ThreadingActor):
                 self._run_fault(cell)
             if req.expected_version is not None and req.expected_version != state.version:
                 raise VersionConflictError(state.ref, req.expected_version, state.version)
+            transitions, indices = req.transitions, req.indices
+            if transitions is None:  # lock first; the part comes once the coordinator has read us
+                assert req.work is not None
+                txn.votes.put((True, state))
+                try:
+                    item = req.work.get(timeout=max(txn.deadline + 1.0 - time.monotonic(), 0.001))
+                except queue.Empty:
+                    item = None
+                if item is None:
+                    txn.finish_if_pending()
+                    return
+                transitions, indices = item
             new_state, record = reduce(
                 state,
-                req.transitions,
+                transitions,
                 commit_id=req.commit_id,
                 run_id=req.run_id,
                 timestamp=req.timestamp,
-                indices=req.indices,
+                indices=indices,
             )
             created = record.sessions_created
             if created and self._sessions is not None:

@@ -32,18 +32,24 @@ from __future__ import annotations
 import queue
 import threading
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from victor_actors._errors import DeadlineExceededError, ScopeAccessError, ScopeFailedError
+from victor_actors._errors import (
+    DeadlineExceededError,
+    ScopeAccessError,
+    ScopeFailedError,
+    VersionConflictError,
+)
 from victor_actors._model import ScopeRef, StateTransition
-from victor_actors._state import ScopeState, StateChanged
+from victor_actors._state import ContextSnapshot, ScopeState, StateChanged
 
 if TYPE_CHECKING:
     from victor_actors._handle import ScopeHandle
 
-__all__ = ["CrossTxn", "PrepareRequest", "apply_across", "split_by_scope"]
+__all__ = ["CrossTxn", "PrepareRequest", "apply_across", "split_by_scope", "transact"]
 
 _PENDING, _COMMITTING, _COMMITTED, _ABORTED = "pending", "committing", "committed", "aborted"
 # How long a prepared actor waits past the transaction's deadline before it may abort it alone.
@@ -68,6 +74,13 @@ class CrossTxn:
             self.state = _COMMITTING
             return True
 
+    def finish_if_pending(self) -> None:
+        """A locked participant that was released without a part: abort unless already decided."""
+        with self.lock:
+            if self.state == _PENDING:
+                self.state = _ABORTED
+                self.decided.notify_all()
+
     def finish(self, state: str) -> None:
         with self.lock:
             self.state = state
@@ -91,12 +104,13 @@ class PrepareRequest:
     """Check this scope's part of a cross-scope batch, vote, and hold until decided."""
 
     txn: CrossTxn
-    transitions: tuple[StateTransition, ...]
+    transitions: tuple[StateTransition, ...] | None  # None: lock first, the part comes on ``work``
     indices: tuple[int, ...]
     expected_version: int | None
     commit_id: str
     timestamp: float
     run_id: str | None = None
+    work: queue.SimpleQueue[tuple[tuple[StateTransition, ...], tuple[int, ...]] | None] | None = None
 
 
 @attrs.frozen(slots=True)
@@ -178,9 +192,16 @@ def apply_across(
     now = time.time()
     votes: list[Vote] = []
     error: BaseException | None = None
+    participants = {ref: handle if ref == handle.ref else manager.scope(ref) for ref in order}
+    for ref, participant in participants.items():
+        # Fail fast, before locking anything, when a version is already known to be stale.
+        expected = _expected_for(expected_version, ref, handle.ref)
+        current = participant._cell.state.version
+        if expected is not None and expected != current:
+            raise VersionConflictError(ref, expected, current)
     for ref in order:
         transitions, indices = parts[ref]
-        participant = handle if ref == handle.ref else manager.scope(ref)
+        participant = participants[ref]
         req = PrepareRequest(
             txn,
             tuple(transitions),
@@ -207,6 +228,18 @@ def apply_across(
             break
         old, new, record = payload
         votes.append(Vote(participant, old, new, record))
+    return _decide(handle, txn, votes, {r: tuple(p[0]) for r, p in parts.items()}, error)
+
+
+def _decide(
+    handle: ScopeHandle,
+    txn: CrossTxn,
+    votes: list[Vote],
+    parts: dict[ScopeRef, tuple[StateTransition, ...]],
+    error: BaseException | None,
+) -> StateChanged:
+    """Commit (durable in one store job, published under the publish lock) or abort."""
+    manager = handle._manager
     if error is not None or not txn.claim():
         txn.finish(_ABORTED)
         if error is None:
@@ -215,9 +248,7 @@ def apply_across(
             )
         raise error
     try:
-        manager._persist_many(
-            [(v.handle._cell, v.new, v.record, tuple(parts[v.handle.ref][0])) for v in votes]
-        )
+        manager._persist_many([(v.handle._cell, v.new, v.record, parts.get(v.handle.ref, ())) for v in votes])
     except BaseException:
         txn.finish(_ABORTED)
         raise
@@ -231,3 +262,81 @@ def apply_across(
     involved = tuple(v.handle.ref for v in votes if v.new is not v.old)
     related = tuple(v.record for v in votes if v.handle is not handle and v.new is not v.old)
     return attrs.evolve(mine, involved=involved, related=related)
+
+
+def _vote(txn: CrossTxn, ref: ScopeRef, deadline: float) -> tuple[bool, Any]:
+    try:
+        return txn.votes.get(timeout=max(deadline - time.monotonic(), 0.0))
+    except queue.Empty:
+        return False, DeadlineExceededError(f"{ref} did not answer before the deadline; nothing was applied")
+
+
+def transact(
+    handle: ScopeHandle,
+    fn: Callable[[ContextSnapshot], Any],
+    lock: tuple[ScopeRef, ...],
+    deadline: float,
+    to_transitions: Callable[[Any], tuple[StateTransition, ...]],
+    run_id: str | None = None,
+) -> StateChanged:
+    """Lock ``lock`` (global first), let ``fn`` read them and return a batch, apply it, unlock.
+
+    Pessimistic where ``apply`` is optimistic: no version conflicts, at the
+    price of holding the locked scopes while ``fn`` runs.
+    """
+    manager = handle._manager
+    lineage = handle._cell.state.lineage
+    depth = {ref: i for i, ref in enumerate(reversed(lineage))}
+    depth[handle.ref] = len(depth)
+    for ref in lock:
+        if ref not in depth:
+            raise ScopeAccessError(f"transact can lock only {handle.ref} and its ancestors, not {ref}")
+    order = sorted(set(lock) | {handle.ref}, key=lambda r: depth[r])
+    txn = CrossTxn(deadline)
+    commit_id = manager._new_commit_id()
+    now = time.time()
+    locked: dict[ScopeRef, tuple[ScopeHandle, ScopeState, queue.SimpleQueue[Any]]] = {}
+    error: BaseException | None = None
+    for ref in order:
+        participant = handle if ref == handle.ref else manager.scope(ref)
+        work: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        try:
+            participant._actor.tell(PrepareRequest(txn, None, (), None, commit_id, now, run_id, work))
+        except Exception:
+            error = ScopeFailedError(f"{ref}'s actor is not running; nothing was applied")
+            break
+        ok, payload = _vote(txn, ref, deadline)
+        if not ok:
+            error = payload
+            break
+        locked[ref] = (participant, payload, work)
+    votes: list[Vote] = []
+    parts: dict[ScopeRef, tuple[StateTransition, ...]] = {}
+    if error is None:
+        try:
+            own = locked[handle.ref][1]
+            ancestors = tuple(locked[a][1] if a in locked else manager.scope(a)._cell.state for a in lineage)
+            transitions = to_transitions(fn(ContextSnapshot(own, ancestors)))
+            split = split_by_scope(handle, transitions) or {
+                handle.ref: (list(transitions), list(range(len(transitions))))
+            }
+            for ref in split:
+                if ref not in locked:
+                    raise ScopeAccessError(f"the batch writes {ref}, which this transaction did not lock")
+        except BaseException as exc:
+            error = exc
+        else:
+            for ref in order:
+                participant, _state, work = locked.pop(ref)
+                part, indices = split.get(ref, ([], []))
+                parts[ref] = tuple(part)
+                work.put((tuple(part), tuple(indices)))
+                ok, payload = _vote(txn, ref, deadline)
+                if not ok:
+                    error = payload
+                    break
+                old, new, record = payload
+                votes.append(Vote(participant, old, new, record))
+    for _participant, _state, work in locked.values():
+        work.put(None)  # never got its part: let it go (the transaction aborts below)
+    return _decide(handle, txn, votes, parts, error)
