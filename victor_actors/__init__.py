@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 
 from victor_actors._codec import SCHEMA_VERSION, Codec
+from victor_actors._context import current_run_id
 from victor_actors._errors import (
     BackpressureError,
     CheckpointCorruptError,
@@ -36,6 +37,7 @@ from victor_actors._model import (
     TransitionType,
 )
 from victor_actors._reducer import reduce
+from victor_actors._runs import RollbackReport, Run, ScopeRollback
 from victor_actors._state import (
     ContextSnapshot,
     KeyChange,
@@ -45,6 +47,7 @@ from victor_actors._state import (
     StateChanged,
 )
 from victor_actors._store import CheckpointInfo, RecoveryReport
+from victor_actors._supervision import SupervisionEvent, SupervisionPolicy
 from victor_actors._values import FrozenDict, freeze, register_converter, thaw
 
 logging.getLogger("victor_actors").addHandler(logging.NullHandler())
@@ -73,18 +76,24 @@ __all__ = [
     "ScopeHandle",
     "ScopeRef",
     "RecoveryReport",
+    "RollbackReport",
+    "Run",
+    "ScopeRollback",
     "ScopeState",
     "StateChanged",
     "StateScope",
     "StateTransition",
     "StoreLockedError",
     "Subscription",
+    "SupervisionEvent",
+    "SupervisionPolicy",
     "TransitionBatch",
     "TransitionType",
     "TransitionValidationError",
     "VersionConflictError",
     "VictorActorsError",
     "__version__",
+    "current_run_id",
     "freeze",
     "reduce",
     "register_converter",

@@ -11,12 +11,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import queue
+import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
 import pykka
 
+from victor_actors._context import RUN_ID
 from victor_actors._crossscope import PrepareRequest
 from victor_actors._errors import (
     DeadlineExceededError,
@@ -43,13 +45,16 @@ class ScopeCell:
     tuple replaced (never changed in place) when subscriptions change.
     """
 
-    __slots__ = ("durability", "faults", "state", "subscribers")
+    __slots__ = ("durability", "failed_reason", "faults", "owner", "restarts", "state", "subscribers")
 
     def __init__(self, state: ScopeState, durability: str = "memory") -> None:
         self.state = state
         self.subscribers: tuple[Subscription, ...] = ()
         self.faults: list[BaseException | Callable[[], Any]] = []
         self.durability = durability
+        self.restarts = 0
+        self.failed_reason: str | None = None  # set when supervision gave up on this scope
+        self.owner: Any = None  # the actor's thread, once it runs
 
 
 class AsyncReply:
@@ -96,26 +101,39 @@ class ApplyRequest:
         deadline: float | None,
         run_id: str | None = None,
         reply: AsyncReply | None = None,
-        reset_to: ScopeState | None = None,
+        reset_to: ScopeState | Callable[[ScopeState], ScopeState | None] | None = None,
     ) -> None:
         self.transitions = transitions
         self.expected_version = expected_version
         self.deadline = deadline
         self.run_id = run_id
         self.reply = reply
-        self.reset_to = reset_to  # set the scope to this state as one commit (restore)
+        # Set the scope to this state as one commit (restore), or to what this function
+        # computes from the current state, on the actor's thread (run rollback).
+        self.reset_to = reset_to
 
 
 # Makes a commit durable before it is published; raises if it cannot.
 Persist = Callable[[ScopeState, StateChanged, ApplyRequest], None]
 
 
-class SessionRegistry(Protocol):
-    """Where child conversations created by CREATE_SESSION are claimed and started."""
+class RestartRequest:
+    """Rebuild this scope's state from its last committed state (sent by its supervisor)."""
+
+    __slots__ = ("reason",)
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+
+class ActorHost(Protocol):
+    """What an actor asks of its manager: sessions, supervision, restarts."""
 
     def reserve_sessions(self, parent: ScopeRef, session_ids: tuple[str, ...]) -> None: ...
     def release_sessions(self, session_ids: tuple[str, ...]) -> None: ...
     def adopt_sessions(self, parent: ScopeRef, session_ids: tuple[str, ...]) -> None: ...
+    def scope_failed(self, ref: ScopeRef, exc: BaseException) -> None: ...
+    def reload(self, cell: ScopeCell, reason: str) -> None: ...
 
 
 class ScopeActor(pykka.ThreadingActor):
@@ -139,31 +157,49 @@ class ScopeActor(pykka.ThreadingActor):
         commit_prefix: str,
         commit_counter: Iterator[int],
         persist: Persist | None = None,
-        sessions: SessionRegistry | None = None,
+        host: ActorHost | None = None,
     ) -> None:
         super().__init__()
         self._persist = persist
-        self._sessions = sessions
+        self._sessions = host
+        self._host = host
         self._cell = cell
         self._bus = bus
         self._commit_prefix = commit_prefix
         self._commit_counter = commit_counter
 
+    def on_start(self) -> None:
+        self._cell.owner = threading.current_thread()
+
     def on_receive(self, message: Any) -> Any:
         if message.__class__ is PrepareRequest:
-            self._prepare(message)
+            token = RUN_ID.set(message.run_id) if message.run_id is not None else None
+            try:
+                self._prepare(message)
+            finally:
+                if token is not None:
+                    RUN_ID.reset(token)
+            return None
+        if message.__class__ is RestartRequest:
+            if self._host is not None:
+                self._host.reload(self._cell, message.reason)
             return None
         if message.__class__ is ApplyRequest:
-            reply = message.reply
-            if reply is None:
-                return self._apply(message)
+            token = RUN_ID.set(message.run_id) if message.run_id is not None else None
             try:
-                result = self._apply(message)
-            except Exception as exc:
-                reply.fail(exc)
-            else:
-                reply.ok(result)
-            return None
+                reply = message.reply
+                if reply is None:
+                    return self._apply(message)
+                try:
+                    result = self._apply(message)
+                except Exception as exc:
+                    reply.fail(exc)
+                else:
+                    reply.ok(result)
+                return None
+            finally:
+                if token is not None:
+                    RUN_ID.reset(token)
         return super().on_receive(message)
 
     def _prepare(self, req: PrepareRequest) -> None:
@@ -173,6 +209,10 @@ class ScopeActor(pykka.ThreadingActor):
         txn = req.txn
         created: tuple[str, ...] = ()
         try:
+            if cell.failed_reason is not None:
+                raise ScopeFailedError(
+                    f"{state.ref} has failed for good ({cell.failed_reason}); nothing was applied"
+                )
             if time.monotonic() > txn.deadline:
                 raise DeadlineExceededError(
                     f"{state.ref}: the batch's deadline passed while it waited in the mailbox; "
@@ -211,6 +251,7 @@ class ScopeActor(pykka.ThreadingActor):
         except BaseException as exc:
             logger.warning("%s failed while preparing a batch", state.ref, exc_info=True)
             txn.votes.put((False, self._failed(state, exc)))
+            self._supervise(exc)
             return
         txn.votes.put((True, (state, new_state, record)))
         outcome = txn.wait_outcome()  # this scope takes nothing else until the batch is decided
@@ -218,6 +259,15 @@ class ScopeActor(pykka.ThreadingActor):
             self._after_publish(state, record)
         elif created and self._sessions is not None:
             self._sessions.release_sessions(created)
+
+    def _supervise(self, exc: BaseException) -> None:
+        """Report a failure to the supervisor, which may restart this scope right here."""
+        if self._host is None:
+            return
+        try:
+            self._host.scope_failed(self._cell.state.ref, exc)
+        except Exception:  # supervision must never take the actor down
+            logger.exception("supervising the failure of %s failed", self._cell.state.ref)
 
     @staticmethod
     def _run_fault(cell: ScopeCell) -> None:
@@ -246,6 +296,10 @@ class ScopeActor(pykka.ThreadingActor):
         cell = self._cell
         state = cell.state
         try:
+            if cell.failed_reason is not None:
+                raise ScopeFailedError(
+                    f"{state.ref} has failed for good ({cell.failed_reason}); nothing was applied"
+                )
             if req.deadline is not None and time.monotonic() > req.deadline:
                 raise DeadlineExceededError(
                     f"{state.ref}: the request's deadline passed while it waited in the mailbox; "
@@ -255,14 +309,19 @@ class ScopeActor(pykka.ThreadingActor):
                 self._run_fault(cell)
             if req.expected_version is not None and req.expected_version != state.version:
                 raise VersionConflictError(state.ref, req.expected_version, state.version)
-            step = reduce if req.reset_to is None else _reset_step
-            new_state, record = step(
-                state,
-                req.transitions if req.reset_to is None else req.reset_to,  # type: ignore[arg-type]
-                commit_id=f"{self._commit_prefix}.{next(self._commit_counter):x}",
-                run_id=req.run_id,
-                timestamp=time.time(),
-            )
+            commit_id = f"{self._commit_prefix}.{next(self._commit_counter):x}"
+            if req.reset_to is None:
+                new_state, record = reduce(
+                    state, req.transitions, commit_id=commit_id, run_id=req.run_id, timestamp=time.time()
+                )
+            else:
+                target = req.reset_to(state) if callable(req.reset_to) else req.reset_to
+                if target is None:  # nothing to reset
+                    new_state, record = reduce(state, (), commit_id=commit_id, run_id=req.run_id)
+                else:
+                    new_state, record = _reset_step(
+                        state, target, commit_id=commit_id, run_id=req.run_id, timestamp=time.time()
+                    )
             created = record.sessions_created
             if created:
                 if self._sessions is None:
@@ -279,7 +338,9 @@ class ScopeActor(pykka.ThreadingActor):
             raise
         except BaseException as exc:
             logger.warning("%s failed while handling a request", state.ref, exc_info=True)
-            raise self._failed(state, exc) from exc
+            err = self._failed(state, exc)
+            self._supervise(exc)
+            raise err from exc
         if new_state is not state:
             cell.state = new_state
             self._after_publish(state, record)

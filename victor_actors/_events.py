@@ -15,6 +15,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from victor_actors._context import RUN_ID
 from victor_actors._state import StateChanged
 
 __all__ = ["EventBus", "Subscription"]
@@ -56,10 +57,15 @@ class Subscription:
     def deliver(self, event: StateChanged) -> None:
         if self._closed:
             return
+        run_id = getattr(event, "run_id", None)
+        token = RUN_ID.set(run_id) if run_id is not None else None
         try:
             self._callback(event)
         except BaseException:
             logger.exception("subscriber %r of %s raised; the commit stands", self._callback, self.ref)
+        finally:
+            if token is not None:
+                RUN_ID.reset(token)
 
 
 class EventBus:

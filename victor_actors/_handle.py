@@ -27,6 +27,7 @@ from victor_actors._model import (
     TransitionBatch,
     TransitionType,
 )
+from victor_actors._runs import CURRENT_RUN, run_bound_deadline
 from victor_actors._state import ContextSnapshot, StateChanged
 from victor_actors._values import thaw
 
@@ -147,8 +148,21 @@ class ScopeHandle:
         if parts is None and expected_version is not None and not isinstance(expected_version, int):
             expected_version = _own_expected(self.ref, expected_version)
         wait = manager.request_timeout if timeout is None else timeout
+        run = CURRENT_RUN.get()
         deadline = time.monotonic() + wait
-        return ApplyRequest(transitions, expected_version, deadline, None, reply), wait, parts  # type: ignore[arg-type]
+        run_id = None
+        if run is not None:
+            deadline = run_bound_deadline(deadline)
+            wait = max(deadline - time.monotonic(), 0.0)
+            run_id = run.id
+        return ApplyRequest(transitions, expected_version, deadline, run_id, reply), wait, parts  # type: ignore[arg-type]
+
+    @staticmethod
+    def _ran(record: StateChanged) -> StateChanged:
+        run = CURRENT_RUN.get()
+        if run is not None:
+            run.record(record)
+        return record
 
     def apply(
         self, batch: BatchLike, *, expected_version: Expected = None, timeout: float | None = None
@@ -173,7 +187,7 @@ class ScopeHandle:
         """
         req, wait, parts = self._request(batch, expected_version, timeout, None)
         if parts is not None:
-            return apply_across(self, parts, expected_version, req.deadline or 0.0)
+            return self._ran(apply_across(self, parts, expected_version, req.deadline or 0.0, req.run_id))
         try:
             record: StateChanged = self._actor.ask(req, block=True, timeout=wait)
         except pykka.Timeout:
@@ -183,7 +197,7 @@ class ScopeHandle:
             ) from None
         except pykka.ActorDeadError:
             raise self._dead() from None
-        return record
+        return self._ran(record) if req.run_id is not None else record
 
     async def aapply(
         self, batch: BatchLike, *, expected_version: Expected = None, timeout: float | None = None
@@ -193,7 +207,10 @@ class ScopeHandle:
         future: asyncio.Future[StateChanged] = loop.create_future()
         req, wait, parts = self._request(batch, expected_version, timeout, AsyncReply(loop, future))
         if parts is not None:  # the coordinator blocks on votes: run it off the loop
-            return await asyncio.to_thread(apply_across, self, parts, expected_version, req.deadline or 0.0)
+            record = await asyncio.to_thread(
+                apply_across, self, parts, expected_version, req.deadline or 0.0, req.run_id
+            )
+            return self._ran(record)
         try:
             self._actor.tell(req)
         except pykka.ActorDeadError:
@@ -204,7 +221,7 @@ class ScopeHandle:
             record = await future
         finally:
             timer.cancel()
-        return record
+        return self._ran(record) if req.run_id is not None else record
 
     def transact(
         self,
@@ -235,7 +252,10 @@ class ScopeHandle:
             raise RuntimeClosedError(f"the manager is closed; {self.ref} takes no requests")
         refs = self._lock_refs(lock)
         wait = manager.request_timeout if timeout is None else timeout
-        return transact(self, fn, refs, time.monotonic() + wait, _transitions)
+        deadline = run_bound_deadline(time.monotonic() + wait)
+        run = CURRENT_RUN.get()
+        record = transact(self, fn, refs, deadline, _transitions, None if run is None else run.id)
+        return self._ran(record)
 
     async def atransact(
         self,
@@ -245,6 +265,7 @@ class ScopeHandle:
         timeout: float | None = None,
     ) -> StateChanged:
         """The asyncio twin of :meth:`transact` (``fn`` runs on a worker thread)."""
+        # to_thread carries the context (the current run) into the worker thread
         return await asyncio.to_thread(self.transact, fn, lock=lock, timeout=timeout)
 
     def _lock_refs(self, lock: Iterable[ScopeRef | StateScope | str] | None) -> tuple[ScopeRef, ...]:

@@ -14,15 +14,17 @@ from typing import Any, ClassVar
 
 import pykka
 
-from victor_actors._actor import ScopeActor, ScopeCell
+from victor_actors._actor import RestartRequest, ScopeActor, ScopeCell
 from victor_actors._checkpoints import DURABILITY_MODES, CheckpointsMixin
 from victor_actors._codec import Codec, ScopeRecord
 from victor_actors._errors import RuntimeClosedError, ScopeAccessError
 from victor_actors._events import EventBus, Subscription
 from victor_actors._handle import ScopeHandle
 from victor_actors._model import GLOBAL_REF, ScopeRef, StateScope
+from victor_actors._runs import RunContext
 from victor_actors._state import ScopeState, StateChanged
 from victor_actors._store import RecoveryReport, Store
+from victor_actors._supervision import SupervisionEvent, SupervisionPolicy, Supervisor
 
 logger = logging.getLogger("victor_actors")
 
@@ -65,6 +67,7 @@ class GlobalStateManager(CheckpointsMixin):
         durability: str = "sync",
         checkpoint_every: int = 100,
         keep_checkpoints: int = 3,
+        supervision: SupervisionPolicy | None = None,
     ) -> None:
         if not request_timeout > 0:
             raise ValueError("request_timeout must be positive")
@@ -82,6 +85,16 @@ class GlobalStateManager(CheckpointsMixin):
         self._lock = threading.RLock()
         self._scopes: dict[ScopeRef, _Entry] = {}
         self._reserved: dict[ScopeRef, ScopeRef] = {}  # session ids claimed by a commit in flight
+        self._children: dict[ScopeRef | None, list[ScopeRef]] = {}  # in creation order
+        self._supervision_subs: tuple[Subscription, ...] = ()
+        self.supervisor = Supervisor(
+            children=lambda ref: list(self._children.get(ref, ())),
+            parent=lambda ref: self._scopes[ref].cell.state.parent if ref in self._scopes else None,
+            restart=self._restart_request,
+            give_up=self._give_up,
+            publish=self._publish_supervision,
+            default=supervision,
+        )
         name = f"victor-actors-{next(_manager_ids)}"
         self._bus = EventBus(name)
         # Commit ids: unique per process and manager; next() on a count is atomic.
@@ -108,6 +121,7 @@ class GlobalStateManager(CheckpointsMixin):
         codec: Codec | None = None,
         map_size: int = 256 * 1024 * 1024,
         request_timeout: float = 5.0,
+        supervision: SupervisionPolicy | None = None,
     ) -> GlobalStateManager:
         """Open a manager: in memory (``path=None``) or on an LMDB store at ``path``.
 
@@ -130,7 +144,7 @@ class GlobalStateManager(CheckpointsMixin):
         if path is None:
             if read_only:
                 raise ValueError("read_only needs a path")
-            return cls(request_timeout=request_timeout)
+            return cls(request_timeout=request_timeout, supervision=supervision)
         store = Store(
             path, read_only=read_only, codec=codec, map_size=map_size, flush_interval=flush_interval
         )
@@ -141,6 +155,7 @@ class GlobalStateManager(CheckpointsMixin):
                 durability=durability,
                 checkpoint_every=checkpoint_every,
                 keep_checkpoints=keep_checkpoints,
+                supervision=supervision,
             )
         except BaseException:
             store.close()
@@ -249,6 +264,7 @@ class GlobalStateManager(CheckpointsMixin):
         actor = ScopeActor.start(cell, self._bus, self._commit_prefix, self._commit_counter, persist, self)
         entry = _Entry(cell, actor, ScopeHandle(self, state.ref, cell, actor, ancestor_cells))
         self._scopes[state.ref] = entry
+        self._children.setdefault(state.parent, []).append(state.ref)
         return entry
 
     def _restore(self, ref: ScopeRef) -> _Entry | None:
@@ -368,6 +384,121 @@ class GlobalStateManager(CheckpointsMixin):
                 self._ensure(ScopeRef(StateScope.CONVERSATION, sid), parent)
         finally:
             self.release_sessions(session_ids)
+
+    # -- runs ----------------------------------------------------------------
+
+    def run(self, session_id: str, timeout: float = 30.0) -> RunContext:
+        """``with manager.run(session_id, timeout=30.0) as run:``: one agent operation.
+
+        Every request inside is tagged with ``run.id`` and bounded by the
+        run's deadline. If the block raises or outlives ``timeout``, the
+        run's own writes are rolled back in every scope it touched (see
+        ``docs/runs.md``) and the error is raised again with a
+        ``rollback_report``.
+        """
+        if self._closed:
+            raise RuntimeClosedError("the manager is closed")
+        return RunContext(self, session_id, timeout)
+
+    def arun(self, session_id: str, timeout: float = 30.0) -> RunContext:
+        """``async with manager.arun(session_id, timeout=30.0) as run:``; the timeout cancels the body."""
+        return self.run(session_id, timeout)
+
+    def stats(self) -> dict[str, int]:
+        """Counters: live scope actors, scopes known, supervision failures, restarts, escalations."""
+        return {
+            "live_actors": sum(1 for e in self._scopes.values() if e.actor.is_alive()),
+            "scopes": len(self._scopes),
+            "failures": self.supervisor.failures,
+            "restarts": self.supervisor.restarts,
+            "escalations": self.supervisor.escalations,
+            "store_commits": 0 if self._store is None else self._store.commits,
+            "store_transactions": 0 if self._store is None else self._store.transactions,
+        }
+
+    # -- supervision --------------------------------------------------------
+
+    def set_supervision(
+        self,
+        supervisor: ScopeRef | str | None,
+        strategy: str = "one_for_one",
+        *,
+        max_restarts: int = 3,
+        within: float = 5.0,
+    ) -> None:
+        """Set how ``supervisor`` (a scope, or None for the root above global) treats failed children."""
+        ref = None if supervisor is None else self.scope(supervisor).ref
+        self.supervisor.policies[ref] = SupervisionPolicy(strategy, max_restarts, within)
+
+    def subscribe_supervision(self, callback: Callable[[SupervisionEvent], object]) -> Subscription:
+        """Call ``callback`` with every failure, restart, escalation and give-up, in order."""
+
+        def remove(sub: Subscription) -> None:
+            with self._lock:
+                self._supervision_subs = tuple(s for s in self._supervision_subs if s is not sub)
+
+        sub = Subscription(None, callback, remove)  # type: ignore[arg-type]
+        with self._lock:
+            self._supervision_subs = (*self._supervision_subs, sub)
+        return sub
+
+    def restart_scope(self, ref: ScopeRef | str, *, timeout: float | None = None) -> None:
+        """Restart a scope from its last committed state, also one supervision gave up on."""
+        handle = self.scope(ref)
+        wait = self.request_timeout if timeout is None else timeout
+        handle._actor.ask(RestartRequest("restarted by hand"), block=True, timeout=wait)
+
+    def scope_failed(self, ref: ScopeRef, exc: BaseException) -> None:
+        self.supervisor.failed(ref, exc)
+
+    def reload(self, cell: ScopeCell, reason: str) -> None:
+        """Rebuild ``cell``'s state from its last committed state (on its actor's thread)."""
+        state = cell.state
+        loaded = state
+        store = self._store
+        if store is not None and not store.read_only and cell.durability != "manual":
+            try:
+                store.flush()
+                loaded, _report = store.load(state.ref, state.lineage)
+            except Exception:
+                logger.exception(
+                    "restarting %s from the store failed; using its committed state in memory", state.ref
+                )
+                loaded = state
+            if loaded.version != state.version:
+                logger.warning(
+                    "%s: the store holds version %d, memory %d; restarting from memory",
+                    state.ref,
+                    loaded.version,
+                    state.version,
+                )
+                loaded = state
+        cell.state = loaded
+        cell.restarts += 1
+        cell.failed_reason = None
+        logger.info("restarted %s at version %d (%s)", state.ref, loaded.version, reason)
+
+    def _restart_request(self, ref: ScopeRef, reason: str) -> None:
+        entry = self._scopes.get(ref)
+        if entry is None:
+            return
+        if threading.current_thread() is entry.cell.owner:
+            self.reload(entry.cell, reason)  # the failed scope itself: before its queued requests
+        else:
+            try:
+                entry.actor.tell(RestartRequest(reason))
+            except pykka.ActorDeadError:
+                pass
+
+    def _give_up(self, ref: ScopeRef, reason: str) -> None:
+        entry = self._scopes.get(ref)
+        if entry is not None:
+            entry.cell.failed_reason = reason
+
+    def _publish_supervision(self, event: SupervisionEvent) -> None:
+        subs = self._supervision_subs
+        if subs:
+            self._bus.publish(subs, event)  # type: ignore[arg-type]
 
     def _subscribe(
         self, cell: ScopeCell, ref: ScopeRef, callback: Callable[[StateChanged], object]

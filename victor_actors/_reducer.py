@@ -249,6 +249,7 @@ def reduce(
         changes=changes,
         capability_changes=cap_changes,
         added_messages=tuple(added),
+        first_message_index=len(state.messages),
         old_stage=state.stage if stage_set else None,
         new_stage=stage if stage_set else None,
         tool_requests=tuple(tool_requests),

@@ -176,6 +176,7 @@ class StateChanged:
     changes: tuple[KeyChange, ...] = ()
     capability_changes: tuple[KeyChange, ...] = ()
     added_messages: tuple[Any, ...] = ()
+    first_message_index: int = 0  # where added_messages start in the scope's message log
     old_stage: str | None = None
     new_stage: str | None = None
     tool_requests: tuple[Any, ...] = ()

@@ -1,0 +1,337 @@
+"""Runs: one agent operation, tagged, bounded in time, rolled back if it fails.
+
+``with manager.run(session_id, timeout=30.0) as run:`` (or ``async with
+manager.arun(...)``) makes every request inside it carry the run's id (in the
+request envelope: actors and subscribers see it through
+:func:`current_run_id`) and bounds each request by the run's deadline. If the
+block raises or outlives its timeout, the run's own writes are rolled back in
+every scope it touched, as ordinary commits:
+
+- a key the run wrote returns to its value before the run, unless another
+  writer changed it since (its value is no longer the one the run left),
+  in which case it is left alone and reported as a conflict;
+- the run's messages are removed, other messages stay in order;
+- capabilities and the stage likewise; the run's still-pending tool requests
+  are released;
+- subscriptions made through the run are closed.
+
+The error that ended the run is raised again with the
+:class:`RollbackReport` attached as ``rollback_report`` (a timeout raises
+:class:`DeadlineExceededError`), and the report is on ``run.rollback_report``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from contextvars import ContextVar
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import attrs
+
+from victor_actors._actor import ApplyRequest
+from victor_actors._context import RUN_ID
+from victor_actors._errors import DeadlineExceededError
+from victor_actors._events import Subscription
+from victor_actors._model import ScopeRef
+from victor_actors._state import MessageLog, ScopeState, StateChanged
+
+if TYPE_CHECKING:
+    from victor_actors._handle import ScopeHandle
+    from victor_actors._manager import GlobalStateManager
+
+__all__ = ["CURRENT_RUN", "RollbackReport", "Run", "RunContext", "ScopeRollback", "run_bound_deadline"]
+
+CURRENT_RUN: ContextVar[Run | None] = ContextVar("victor_actors_run", default=None)
+_ABSENT: Any = object()
+T = TypeVar("T")
+
+
+@attrs.frozen(slots=True)
+class ScopeRollback:
+    """What a rollback did in one scope."""
+
+    ref: ScopeRef
+    keys_restored: tuple[str, ...] = ()
+    messages_removed: int = 0
+    capabilities_restored: tuple[str, ...] = ()
+    stage_restored: bool = False
+    tool_requests_released: tuple[str, ...] = ()
+    conflicts: tuple[str, ...] = ()  # what another writer changed since: left as it is
+    version: int | None = None  # the rollback commit's version, None if nothing was left to undo
+
+
+@attrs.frozen(slots=True)
+class RollbackReport:
+    """What rolling back a run did, scope by scope."""
+
+    run_id: str
+    reason: str
+    scopes: tuple[ScopeRollback, ...]
+
+    @property
+    def conflicts(self) -> tuple[str, ...]:
+        return tuple(c for s in self.scopes for c in s.conflicts)
+
+
+class _Plan:
+    """One scope's undo plan, built from the run's commit records in order."""
+
+    def __init__(self, ref: ScopeRef) -> None:
+        self.ref = ref
+        self.keys: dict[str, list[Any]] = {}  # key -> [old_present, old, new_present, new]
+        self.caps: dict[str, list[Any]] = {}
+        self.stage: list[str] | None = None  # [before the run, as the run left it]
+        self.messages: list[tuple[int, Any]] = []
+        self.tools: list[str] = []
+        self.report: ScopeRollback | None = None
+
+    def add(self, rec: StateChanged) -> None:
+        for changes, into in ((rec.changes, self.keys), (rec.capability_changes, self.caps)):
+            for c in changes:
+                if c.key in into:
+                    into[c.key][2:] = [c.new_present, c.new_value]
+                else:
+                    into[c.key] = [c.old_present, c.old_value, c.new_present, c.new_value]
+        if rec.new_stage is not None:
+            if self.stage is None:
+                self.stage = [rec.old_stage or "", rec.new_stage]
+            else:
+                self.stage[1] = rec.new_stage
+        self.messages.extend((rec.first_message_index + i, m) for i, m in enumerate(rec.added_messages))
+        self.tools.extend(r["request_id"] for r in rec.tool_requests)
+
+    def target(self, state: ScopeState) -> ScopeState | None:
+        """The state with this run's writes undone (on the scope's actor thread)."""
+        conflicts: list[str] = []
+        values = state.values.mutate()
+        restored = _undo(self.keys, values, conflicts, "key")
+        caps = state.capabilities.mutate()
+        caps_restored = _undo(self.caps, caps, conflicts, "capability")
+        stage = state.stage
+        stage_restored = False
+        if self.stage is not None:
+            if state.stage == self.stage[1]:
+                stage, stage_restored = self.stage[0], True
+            else:
+                conflicts.append(f"stage is {state.stage!r}, not {self.stage[1]!r} as the run left it")
+        drop = set()
+        for index, message in self.messages:
+            if index < len(state.messages) and state.messages[index] == message:
+                drop.add(index)
+            else:
+                conflicts.append(f"message {index} is no longer the run's")
+        messages = state.messages
+        if drop:
+            messages = MessageLog().extended(tuple(m for i, m in enumerate(state.messages) if i not in drop))
+        pending = state.pending_tools.mutate()
+        released = []
+        for request_id in self.tools:
+            if request_id in pending:
+                del pending[request_id]
+                released.append(request_id)
+        self.report = ScopeRollback(
+            self.ref,
+            tuple(restored),
+            len(drop),
+            tuple(caps_restored),
+            stage_restored,
+            tuple(released),
+            tuple(conflicts),
+        )
+        if not (restored or caps_restored or stage_restored or drop or released):
+            return None
+        return attrs.evolve(
+            state,
+            values=values.finish(),
+            capabilities=caps.finish(),
+            stage=stage,
+            messages=messages,
+            pending_tools=pending.finish(),
+        )
+
+
+def _undo(plan: dict[str, list[Any]], into: Any, conflicts: list[str], what: str) -> list[str]:
+    restored = []
+    for key, (old_present, old, new_present, new) in plan.items():
+        current = into.get(key, _ABSENT)
+        as_left = (current is not _ABSENT) == new_present and (not new_present or current == new)
+        if not as_left:
+            conflicts.append(f"{what} {key!r} was changed by another writer since the run wrote it")
+            continue
+        if old_present:
+            into[key] = old
+        elif current is not _ABSENT:
+            del into[key]
+        restored.append(key)
+    return restored
+
+
+class Run:
+    """One agent operation in progress. See the module's documentation."""
+
+    def __init__(self, manager: GlobalStateManager, session_id: str, timeout: float) -> None:
+        if not timeout > 0:
+            raise ValueError("a run's timeout must be positive")
+        self.manager = manager
+        self.session_id = session_id
+        self.id = f"{session_id}:{uuid.uuid4().hex[:12]}"
+        self.timeout = timeout
+        self.started = time.monotonic()
+        self.deadline = self.started + timeout
+        self.status = "active"
+        self.rollback_report: RollbackReport | None = None
+        self._lock = threading.Lock()
+        self._commits: list[StateChanged] = []
+        self._subscriptions: list[Subscription] = []
+
+    def __repr__(self) -> str:
+        return f"<Run {self.id} {self.status}>"
+
+    @property
+    def remaining(self) -> float:
+        return self.deadline - time.monotonic()
+
+    @property
+    def commits(self) -> tuple[StateChanged, ...]:
+        """Every commit made for this run so far, in the order their replies arrived."""
+        with self._lock:
+            return tuple(self._commits)
+
+    def record(self, commit: StateChanged) -> None:
+        with self._lock:
+            for rec in (commit, *commit.related):
+                if rec.committed:
+                    self._commits.append(rec)
+
+    def subscribe(self, handle: ScopeHandle, callback: Callable[[StateChanged], object]) -> Subscription:
+        """A subscription that ends with the run."""
+        sub = handle.subscribe(callback)
+        with self._lock:
+            self._subscriptions.append(sub)
+        return sub
+
+    def bind(self, fn: Callable[..., T]) -> Callable[..., T]:
+        """Wrap ``fn`` to run in this run's context (for threads and executors)."""
+        ctx = contextvars.copy_context()
+
+        def bound(*args: Any, **kwargs: Any) -> T:
+            return ctx.copy().run(fn, *args, **kwargs)
+
+        return bound
+
+    def thread(self, target: Callable[..., object], *args: Any, **kwargs: Any) -> threading.Thread:
+        """A thread (not started) that works for this run."""
+        return threading.Thread(target=self.bind(target), args=args, kwargs=kwargs, daemon=True)
+
+    def rollback(self, reason: str) -> RollbackReport:
+        """Undo this run's writes in every scope it touched (see the module's documentation)."""
+        plans: dict[ScopeRef, _Plan] = {}
+        for rec in self.commits:
+            plans.setdefault(rec.ref, _Plan(rec.ref)).add(rec)
+        results = []
+        for ref, plan in plans.items():
+            handle = self.manager.scope(ref)
+            wait = self.manager.request_timeout
+            req = ApplyRequest((), None, time.monotonic() + wait, self.id, None, plan.target)
+            commit: StateChanged = handle._actor.ask(req, block=True, timeout=wait)
+            report = plan.report or ScopeRollback(ref)
+            results.append(attrs.evolve(report, version=commit.version if commit.committed else None))
+        self.rollback_report = RollbackReport(self.id, reason, tuple(results))
+        return self.rollback_report
+
+    def _close(self) -> None:
+        with self._lock:
+            subs, self._subscriptions = self._subscriptions, []
+        for sub in subs:
+            sub.close()
+
+
+class RunContext:
+    """``with manager.run(...)`` and ``async with manager.arun(...)``."""
+
+    def __init__(self, manager: GlobalStateManager, session_id: str, timeout: float) -> None:
+        self._run = Run(manager, session_id, timeout)
+        self._tokens: tuple[contextvars.Token[Any], contextvars.Token[Any]] | None = None
+        self._timeout_cm: Any = None
+
+    def __enter__(self) -> Run:
+        self._tokens = (CURRENT_RUN.set(self._run), RUN_ID.set(self._run.id))
+        return self._run
+
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
+        try:
+            return self._finish(exc)
+        finally:
+            self._reset()
+
+    async def __aenter__(self) -> Run:
+        run = self.__enter__()
+        self._timeout_cm = asyncio.timeout(run.timeout)
+        await self._timeout_cm.__aenter__()
+        return run
+
+    async def __aexit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
+        try:
+            try:
+                await self._timeout_cm.__aexit__(exc_type, exc, tb)
+            except TimeoutError as timed_out:  # the run's timeout cancelled the body
+                exc = timed_out
+            # the rollback's requests block: run them off the loop (they carry the run id themselves)
+            return await asyncio.to_thread(self._finish, exc)
+        finally:
+            self._reset()
+
+    def _reset(self) -> None:
+        if self._tokens is not None:
+            CURRENT_RUN.reset(self._tokens[0])
+            RUN_ID.reset(self._tokens[1])
+            self._tokens = None
+
+    def _finish(self, exc: BaseException | None) -> bool:
+        run = self._run
+        try:
+            timed_out = run.remaining <= 0 or isinstance(exc, TimeoutError)
+            if exc is None and not timed_out:
+                run.status = "succeeded"
+                return False
+            reason = "timed out" if timed_out and exc is None else f"{type(exc).__name__}: {exc}"
+            report = run.rollback(reason)
+            run.status = "rolled_back"
+        finally:
+            run._close()
+        if exc is None or isinstance(exc, TimeoutError):
+            err = DeadlineExceededError(
+                f"run {run.id} exceeded its timeout of {run.timeout} s; its writes were rolled back"
+                + _conflict_note(report)
+            )
+            err.rollback_report = report  # type: ignore[attr-defined]
+            if exc is not None:
+                raise err from exc
+            raise err
+        try:
+            exc.rollback_report = report  # type: ignore[attr-defined]
+            exc.add_note(f"run {run.id} was rolled back" + _conflict_note(report))
+        except (AttributeError, TypeError):
+            pass
+        return False  # the original error propagates
+
+
+def _conflict_note(report: RollbackReport) -> str:
+    if not report.conflicts:
+        return ""
+    return "; left as another writer changed them: " + "; ".join(report.conflicts)
+
+
+def run_bound_deadline(deadline: float) -> float:
+    """A request's deadline, bounded by the current run's (if any)."""
+    run = CURRENT_RUN.get()
+    if run is None:
+        return deadline
+    if run.remaining <= 0:
+        raise DeadlineExceededError(f"run {run.id} exceeded its timeout; nothing was applied")
+    return min(deadline, run.deadline)
