@@ -319,9 +319,14 @@ def test_tool_result_clears_pending_and_adds_a_tool_message() -> None:
     assert result.added_messages == (
         {"role": "tool", "tool_name": "search", "content": (1,), "request_id": generated[0], "error": None},
     )
-    # A result for no pending request still records the message and changes no request.
-    other, stray = _run(new, TransitionBatch().tool_result("ls", "x", request_id="unknown"))
-    assert stray.committed
+    # A result for no pending request (answered already, or never asked) is refused: at most once.
+    for stale in ("unknown", generated[0]):
+        with pytest.raises(TransitionValidationError, match="no pending tool request") as info:
+            _run(new, TransitionBatch().tool_result("ls", "x", request_id=stale))
+        assert info.value.transition_type == "TOOL_RESULT"
+    # Without a request id it is a plain tool message, as in Victor's state-passed model.
+    other, plain = _run(new, TransitionBatch().tool_result("ls", "x"))
+    assert plain.committed
     assert set(other.pending_tools) == {generated[1]}
     assert len(other.messages) == 2
 

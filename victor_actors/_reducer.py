@@ -188,8 +188,10 @@ def reduce(
                 if request_id is not None:
                     if pending is None:
                         pending = state.pending_tools.mutate()
-                    if request_id in pending:
-                        del pending[request_id]
+                    if request_id not in pending:
+                        # answered already, or never asked: a result is applied at most once
+                        raise TransitionValidationError(f"no pending tool request {request_id!r}")
+                    del pending[request_id]
                 added.append(
                     FrozenDict._wrap(
                         {
