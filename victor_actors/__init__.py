@@ -11,6 +11,7 @@ import logging
 
 from victor_actors._codec import SCHEMA_VERSION, Codec
 from victor_actors._context import current_run_id
+from victor_actors._coordinator import Coordinator, CoordinatorRunner, LoopResult, StepRecord, merge
 from victor_actors._errors import (
     BackpressureError,
     CheckpointCorruptError,
@@ -48,6 +49,7 @@ from victor_actors._state import (
 )
 from victor_actors._store import CheckpointInfo, RecoveryReport
 from victor_actors._supervision import SupervisionEvent, SupervisionPolicy
+from victor_actors._tools import ToolCall
 from victor_actors._values import FrozenDict, freeze, register_converter, thaw
 
 logging.getLogger("victor_actors").addHandler(logging.NullHandler())
@@ -61,12 +63,15 @@ __all__ = [
     "CheckpointInfo",
     "CheckpointNotFoundError",
     "Codec",
+    "Coordinator",
     "ContextSnapshot",
     "CoordinatorResult",
+    "CoordinatorRunner",
     "DeadlineExceededError",
     "FrozenDict",
     "GlobalStateManager",
     "KeyChange",
+    "LoopResult",
     "MapView",
     "MessageLog",
     "RuntimeClosedError",
@@ -83,8 +88,10 @@ __all__ = [
     "StateChanged",
     "StateScope",
     "StateTransition",
+    "StepRecord",
     "StoreLockedError",
     "Subscription",
+    "ToolCall",
     "SupervisionEvent",
     "SupervisionPolicy",
     "TransitionBatch",
@@ -95,6 +102,7 @@ __all__ = [
     "__version__",
     "current_run_id",
     "freeze",
+    "merge",
     "reduce",
     "register_converter",
     "thaw",

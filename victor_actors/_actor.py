@@ -133,6 +133,7 @@ class ActorHost(Protocol):
     def release_sessions(self, session_ids: tuple[str, ...]) -> None: ...
     def adopt_sessions(self, parent: ScopeRef, session_ids: tuple[str, ...]) -> None: ...
     def scope_failed(self, ref: ScopeRef, exc: BaseException) -> None: ...
+    def tools_committed(self, ref: ScopeRef, requests: tuple[Any, ...]) -> None: ...
     def reload(self, cell: ScopeCell, reason: str) -> None: ...
 
 
@@ -288,6 +289,8 @@ class ScopeActor(pykka.ThreadingActor):
     def _after_publish(self, old: ScopeState, record: StateChanged) -> None:
         if record.sessions_created and self._sessions is not None:
             self._sessions.adopt_sessions(old.ref, record.sessions_created)
+        if record.tool_requests and self._host is not None:
+            self._host.tools_committed(old.ref, record.tool_requests)  # the outbox: after the commit
         subscribers = self._cell.subscribers
         if subscribers:
             self._bus.publish(subscribers, record)

@@ -25,6 +25,7 @@ from victor_actors._runs import RunContext
 from victor_actors._state import ScopeState, StateChanged
 from victor_actors._store import RecoveryReport, Store
 from victor_actors._supervision import SupervisionEvent, SupervisionPolicy, Supervisor
+from victor_actors._tools import ToolDispatcher
 
 logger = logging.getLogger("victor_actors")
 
@@ -87,6 +88,7 @@ class GlobalStateManager(CheckpointsMixin):
         self._reserved: dict[ScopeRef, ScopeRef] = {}  # session ids claimed by a commit in flight
         self._children: dict[ScopeRef | None, list[ScopeRef]] = {}  # in creation order
         self._supervision_subs: tuple[Subscription, ...] = ()
+        self.tools = ToolDispatcher(self)
         self.supervisor = Supervisor(
             children=lambda ref: list(self._children.get(ref, ())),
             parent=lambda ref: self._scopes[ref].cell.state.parent if ref in self._scopes else None,
@@ -190,6 +192,7 @@ class GlobalStateManager(CheckpointsMixin):
                 return
             self._closed = True
             entries = list(self._scopes.values())
+        self.tools.close()
         futures = [e.actor.stop(block=False) for e in entries]
         for f in futures:
             try:
@@ -283,7 +286,11 @@ class GlobalStateManager(CheckpointsMixin):
             self.recovery_reports.append(report)
             if not store.read_only and report.latest_stored_version > state.version:
                 store.submit([store.op_quarantine_after(ref, state.version)], wait=True)
-        return self._start(state)
+        entry = self._start(state)
+        if state.pending_tools and not store.read_only:
+            # the outbox survives restarts: dispatch what was committed but never answered
+            self.tools.dispatch(ref, tuple(state.pending_tools.values()), redelivery=True)
+        return entry
 
     def _new_commit_id(self) -> str:
         return f"{self._commit_prefix}.{next(self._commit_counter):x}"
@@ -384,6 +391,36 @@ class GlobalStateManager(CheckpointsMixin):
                 self._ensure(ScopeRef(StateScope.CONVERSATION, sid), parent)
         finally:
             self.release_sessions(session_ids)
+
+    # -- tools ---------------------------------------------------------------
+
+    def register_tool(self, name: str, fn: Callable[..., Any], *, timeout: float = 30.0) -> None:
+        """Execute committed EXECUTE_TOOL requests for ``name`` with ``fn(call: ToolCall)``.
+
+        ``fn`` may be sync or ``async``; its return value (or its error, or
+        a timeout after ``timeout`` seconds) comes back as a TOOL_RESULT in
+        the requesting scope. See ``docs/orchestrators.md``.
+        """
+        self.tools.register(name, fn, timeout=timeout)
+
+    def resume_tools(self) -> int:
+        """Dispatch every pending tool request again (after a restart); return how many.
+
+        Restores every stored scope. Requests dispatched again carry
+        ``redelivery=True`` and their original idempotency key; those with no
+        registered executor are listed in ``manager.tools.unhandled``.
+        """
+        count = 0
+        for ref in self.scopes():
+            handle = self.scope(ref)
+            pending = tuple(handle._cell.state.pending_tools.values())
+            if pending:
+                self.tools.dispatch(ref, pending, redelivery=True)
+                count += len(pending)
+        return count
+
+    def tools_committed(self, ref: ScopeRef, requests: tuple[Any, ...]) -> None:
+        self.tools.dispatch(ref, requests)
 
     # -- runs ----------------------------------------------------------------
 

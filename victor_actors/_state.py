@@ -279,6 +279,16 @@ class ContextSnapshot:
     def ancestors(self) -> tuple[ScopeRef, ...]:
         return self._state.lineage
 
+    def versions(self) -> dict[ScopeRef, int]:
+        """The version of this scope and of each ancestor, as this snapshot saw them.
+
+        Pass it as ``expected_version`` to apply a batch only if none of them moved.
+        """
+        out = {self._state.ref: self._state.version}
+        for anc in self._ancestors:
+            out[anc.ref] = anc.version
+        return out
+
     def ancestor_state(self, scope: StateScope | str) -> MapView | None:
         """The key-value state of the ancestor at ``scope``, as of this snapshot."""
         wanted = StateScope.coerce(scope)

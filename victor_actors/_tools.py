@@ -1,0 +1,200 @@
+"""Tool requests as a transactional outbox.
+
+An EXECUTE_TOOL transition is stored with the rest of its batch as a pending
+request with an idempotency key (its request id): it commits, and becomes
+durable, exactly when the batch does. Only after the commit does the
+dispatcher hand it to the executor registered for the tool, with a deadline.
+The outcome comes back as a TOOL_RESULT transition in the same scope, which
+clears the pending request; a tool that raises or runs past its deadline
+yields a TOOL_RESULT carrying the error. A TOOL_RESULT for a request that is
+no longer pending is refused by the reducer, so a result is applied at most
+once.
+
+With a durable store, pending requests survive a restart. When a scope with
+pending requests is restored, each is dispatched again with the same
+idempotency key and ``redelivery=True`` (executors that have side effects use
+the key to avoid doing them twice), or, if no executor is registered for it,
+reported in ``manager.tools.unhandled``. A request is never lost and never
+run twice silently.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from victor_actors._errors import VictorActorsError
+from victor_actors._model import ScopeRef, TransitionBatch
+from victor_actors._values import freeze, thaw
+
+if TYPE_CHECKING:
+    from victor_actors._manager import GlobalStateManager
+
+__all__ = ["ToolCall", "ToolDispatcher"]
+
+logger = logging.getLogger("victor_actors")
+
+
+@attrs.frozen(slots=True)
+class ToolCall:
+    """What an executor receives: the request and where it came from."""
+
+    request_id: str  # the idempotency key
+    tool_name: str
+    arguments: dict[str, Any]
+    scope: ScopeRef
+    redelivery: bool = False  # dispatched again after a restart: it may have run before
+
+
+@attrs.frozen(slots=True)
+class _Tool:
+    fn: Callable[..., Any]
+    timeout: float
+    is_async: bool
+
+
+class ToolDispatcher:
+    """Runs registered tool executors for committed EXECUTE_TOOL requests."""
+
+    def __init__(self, manager: GlobalStateManager, *, workers: int = 8) -> None:
+        self._manager = manager
+        self._tools: dict[str, _Tool] = {}
+        self._pool: ThreadPoolExecutor | None = None
+        self._calls: ThreadPoolExecutor | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread: threading.Thread | None = None
+        self._workers = workers
+        self._lock = threading.Lock()
+        self._inflight: set[tuple[ScopeRef, str]] = set()
+        self._idle = threading.Condition(self._lock)
+        self.unhandled: list[tuple[ScopeRef, str, str]] = []  # (scope, request id, tool) with no executor
+        self.dispatched = 0
+        self.redelivered = 0
+        self.failed = 0
+
+    def register(self, name: str, fn: Callable[..., Any], *, timeout: float = 30.0) -> None:
+        """Run ``fn(call: ToolCall)`` (sync or ``async``) for requests to tool ``name``."""
+        if not callable(fn):
+            raise TypeError("a tool executor must be callable")
+        if not timeout > 0:
+            raise ValueError("a tool's timeout must be positive")
+        self._tools[name] = _Tool(fn, float(timeout), inspect.iscoroutinefunction(fn))
+
+    def dispatch(self, ref: ScopeRef, requests: tuple[Any, ...], *, redelivery: bool = False) -> None:
+        """Hand committed requests to their executors (called after the commit is published)."""
+        for request in requests:
+            name = request["tool_name"]
+            tool = self._tools.get(name)
+            if tool is None:
+                if redelivery:
+                    self.unhandled.append((ref, request["request_id"], name))
+                continue
+            key = (ref, request["request_id"])
+            with self._lock:
+                if key in self._inflight:
+                    continue
+                self._inflight.add(key)
+                self.dispatched += 1
+                if redelivery:
+                    self.redelivered += 1
+            call = ToolCall(request["request_id"], name, thaw(request["arguments"]), ref, redelivery)
+            self._executor().submit(self._run, tool, call)
+
+    def _executor(self) -> ThreadPoolExecutor:
+        with self._lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(self._workers, thread_name_prefix="victor-actors-tool")
+                self._calls = ThreadPoolExecutor(self._workers, thread_name_prefix="victor-actors-call")
+            return self._pool
+
+    def _event_loop(self) -> asyncio.AbstractEventLoop:
+        with self._lock:
+            if self._loop is None:
+                loop = asyncio.new_event_loop()
+                thread = threading.Thread(
+                    target=loop.run_forever, name="victor-actors-tools-loop", daemon=True
+                )
+                thread.start()
+                self._loop, self._loop_thread = loop, thread
+            return self._loop
+
+    def _run(self, tool: _Tool, call: ToolCall) -> None:
+        result: Any = None
+        error: str | None = None
+        started = time.monotonic()
+        try:
+            future: Any
+            if tool.is_async:
+                future = asyncio.run_coroutine_threadsafe(tool.fn(call), self._event_loop())
+            else:
+                assert self._calls is not None
+                future = self._calls.submit(tool.fn, call)
+            try:
+                result = future.result(timeout=tool.timeout)
+            except (FutureTimeout, TimeoutError):
+                future.cancel()
+                error = f"TimeoutError: {call.tool_name} did not finish within {tool.timeout} s"
+        except BaseException as exc:
+            error = f"{type(exc).__name__}: {exc}"
+        if error is not None:
+            with self._lock:
+                self.failed += 1
+            logger.info(
+                "tool %s (%s) failed after %.3f s: %s",
+                call.tool_name,
+                call.request_id,
+                time.monotonic() - started,
+                error,
+            )
+        try:
+            handle = self._manager.scope(call.scope)
+            batch = TransitionBatch().tool_result(
+                call.tool_name, _storable(result), request_id=call.request_id, error=error
+            )
+            handle.apply(batch)
+        except VictorActorsError as exc:
+            # rolled back, answered by someone else, scope closed or the manager closing: nothing to record
+            logger.info("result of %s (%s) not recorded: %s", call.tool_name, call.request_id, exc)
+        finally:
+            with self._lock:
+                self._inflight.discard((call.scope, call.request_id))
+                self._idle.notify_all()
+
+    def wait_idle(self, timeout: float = 10.0) -> bool:
+        """Wait until no dispatched request is still running; False on timeout."""
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            while self._inflight:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self._idle.wait(remaining)
+        return True
+
+    def close(self) -> None:
+        with self._lock:
+            pool, calls, loop = self._pool, self._calls, self._loop
+            self._pool = self._calls = None
+            self._loop = None
+        for executor in (pool, calls):
+            if executor is not None:
+                executor.shutdown(wait=False, cancel_futures=True)
+        if loop is not None:
+            loop.call_soon_threadsafe(loop.stop)
+
+
+def _storable(value: Any) -> Any:
+    """Tool results are stored; anything that cannot be becomes its repr, with a note."""
+    try:
+        return freeze(value)
+    except VictorActorsError:
+        return {"unstorable_result": repr(value)}
