@@ -19,7 +19,6 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
-import queue
 import struct
 import threading
 import time
@@ -131,15 +130,13 @@ class _Txn:
 
 
 class _Job:
-    __slots__ = ("done", "error", "ops")
+    __slots__ = ("done", "error", "ops", "queued")
 
-    def __init__(self, ops: list[TxnOp], wait: bool) -> None:
+    def __init__(self, ops: list[TxnOp]) -> None:
         self.ops = ops
-        self.done = threading.Event() if wait else None
+        self.done = False
         self.error: BaseException | None = None
-
-
-_STOP = object()
+        self.queued = time.monotonic()
 
 
 class Store:
@@ -208,14 +205,23 @@ class Store:
         except Exception:
             self._release_lock()
             raise
-        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        self._writer: threading.Thread | None = None
+        # Group commit with a leader instead of a dedicated writer: whoever needs a durable commit
+        # and finds no commit in progress becomes the leader and writes every queued job in one
+        # LMDB transaction on its own thread; the others wait for it, then one of them leads the
+        # next round. A lone writer pays no thread hand-off; concurrent writers share transactions.
+        self._cond = threading.Condition()
+        self._pending: list[_Job] = []
+        self._leading = False
         self._closed = False
+        self._flusher: threading.Thread | None = None
         self.commits = 0
         self.transactions = 0
         if not read_only:
-            self._writer = threading.Thread(target=self._write_loop, name="victor-actors-writer", daemon=True)
-            self._writer.start()
+            # async-mode jobs have nobody waiting: this thread leads for them within flush_interval
+            self._flusher = threading.Thread(
+                target=self._flush_loop, name="victor-actors-flusher", daemon=True
+            )
+            self._flusher.start()
 
     # -- writing -------------------------------------------------------------
 
@@ -225,59 +231,59 @@ class Store:
         Raises:
             ScopeFailedError: the transaction failed; nothing of it was written.
         """
-        if self._closed or self._writer is None:
+        if self._closed or self.read_only:
             raise ScopeFailedError("the store is closed or read-only; nothing was written")
-        job = _Job(ops, wait)
-        self._queue.put(job)
-        if job.done is not None:
-            job.done.wait()
-            if job.error is not None:
-                raise ScopeFailedError(f"the store could not commit: {job.error}; nothing was written") from (
-                    job.error
-                )
+        job = _Job(ops)
+        with self._cond:
+            self._pending.append(job)
+            if not wait:
+                self._cond.notify_all()  # wakes the flusher
+                return
+        self._lead_until_done(job)
+        if job.error is not None:
+            raise ScopeFailedError(
+                f"the store could not commit: {job.error}; nothing was written"
+            ) from job.error
+
+    def _lead_until_done(self, job: _Job | None) -> None:
+        """Lead commit rounds (or wait for the leader) until ``job`` is durable; None: drain all."""
+        cond = self._cond
+        while True:
+            with cond:
+                while self._leading and not (job is not None and job.done):
+                    cond.wait()
+                if job is not None and job.done:
+                    return
+                if not self._pending:
+                    return
+                self._leading = True
+                batch = self._pending[: self.max_batch]
+                del self._pending[: self.max_batch]
+            try:
+                self._commit(batch)
+            finally:
+                with cond:
+                    self._leading = False
+                    cond.notify_all()
 
     def flush(self) -> None:
         """Return once everything submitted before the call is durable."""
-        if self._writer is not None and not self._closed:
+        if not self._closed and not self.read_only:
             self.submit([], wait=True)
 
-    def _write_loop(self) -> None:
-        get = self._queue.get
+    def _flush_loop(self) -> None:
+        cond = self._cond
         while True:
-            first = get()
-            if first is _STOP:
-                return
-            jobs = [first]
-            stop = False
-            if first.done is None and self.flush_interval > 0:
-                # Nobody is waiting on this one: gather more for a while (bounded delay).
-                deadline = time.monotonic() + self.flush_interval
-                while len(jobs) < self.max_batch:
-                    remaining = deadline - time.monotonic()
-                    if remaining <= 0:
-                        break
-                    try:
-                        item = get(timeout=remaining)
-                    except queue.Empty:
-                        break
-                    if item is _STOP:
-                        stop = True
-                        break
-                    jobs.append(item)
-                    if item.done is not None:
-                        break  # somebody waits: commit now
-            while not stop and len(jobs) < self.max_batch:
-                try:
-                    item = self._queue.get_nowait()
-                except queue.Empty:
-                    break
-                if item is _STOP:
-                    stop = True
-                    break
-                jobs.append(item)
-            self._commit(jobs)
-            if stop:
-                return
+            with cond:
+                while not self._pending and not self._closed:
+                    cond.wait()
+                if self._closed and not self._pending:
+                    return
+                oldest = self._pending[0].queued if self._pending else time.monotonic()
+            delay = oldest + self.flush_interval - time.monotonic()
+            if delay > 0 and not self._closed:
+                time.sleep(delay)  # let more async commits join this transaction
+            self._lead_until_done(None)
 
     def _commit(self, jobs: list[_Job]) -> None:
         error: BaseException | None = None
@@ -304,17 +310,21 @@ class Store:
         self.commits += len(jobs)
         for job in jobs:
             job.error = error
-            if job.done is not None:
-                job.done.set()
+            job.done = True  # waiters are woken by the leader's notify_all
 
     def close(self) -> None:
-        """Flush pending writes, stop the writer and close the environment. Idempotent."""
+        """Flush pending writes, stop the flusher and close the environment. Idempotent."""
         if self._closed:
             return
-        if self._writer is not None:
-            self._queue.put(_STOP)
-            self._writer.join()
-        self._closed = True
+        if not self.read_only:
+            self._lead_until_done(None)
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        if self._flusher is not None:
+            self._flusher.join()
+        if not self.read_only:
+            self._lead_until_done(None)  # anything that slipped in meanwhile
         self.env.close()
         self._release_lock()
 
