@@ -45,7 +45,16 @@ class ScopeCell:
     tuple replaced (never changed in place) when subscriptions change.
     """
 
-    __slots__ = ("durability", "failed_reason", "faults", "owner", "restarts", "state", "subscribers")
+    __slots__ = (
+        "durability",
+        "failed_reason",
+        "faults",
+        "observer",
+        "owner",
+        "restarts",
+        "state",
+        "subscribers",
+    )
 
     def __init__(self, state: ScopeState, durability: str = "memory") -> None:
         self.state = state
@@ -55,6 +64,9 @@ class ScopeCell:
         self.restarts = 0
         self.failed_reason: str | None = None  # set when supervision gave up on this scope
         self.owner: Any = None  # the actor's thread, once it runs
+        # Called as observer(kind, ref, obj) on the actor's thread: ("received", ref, message) for
+        # every message, ("published", ref, event) for every commit. For test recorders; None: off.
+        self.observer: Callable[[str, ScopeRef, Any], None] | None = None
 
 
 class AsyncReply:
@@ -134,6 +146,7 @@ class ActorHost(Protocol):
     def adopt_sessions(self, parent: ScopeRef, session_ids: tuple[str, ...]) -> None: ...
     def scope_failed(self, ref: ScopeRef, exc: BaseException) -> None: ...
     def tools_committed(self, ref: ScopeRef, requests: tuple[Any, ...]) -> None: ...
+    def run_committed(self, record: StateChanged) -> None: ...
     def reload(self, cell: ScopeCell, reason: str) -> None: ...
 
 
@@ -173,6 +186,9 @@ class ScopeActor(pykka.ThreadingActor):
         self._cell.owner = threading.current_thread()
 
     def on_receive(self, message: Any) -> Any:
+        observer = self._cell.observer
+        if observer is not None:
+            observer("received", self._cell.state.ref, message)
         if message.__class__ is PrepareRequest:
             token = RUN_ID.set(message.run_id) if message.run_id is not None else None
             try:
@@ -289,11 +305,17 @@ class ScopeActor(pykka.ThreadingActor):
     def _after_publish(self, old: ScopeState, record: StateChanged) -> None:
         if record.sessions_created and self._sessions is not None:
             self._sessions.adopt_sessions(old.ref, record.sessions_created)
-        if record.tool_requests and self._host is not None:
-            self._host.tools_committed(old.ref, record.tool_requests)  # the outbox: after the commit
+        if self._host is not None:
+            if record.tool_requests:
+                self._host.tools_committed(old.ref, record.tool_requests)  # the outbox: after the commit
+            if record.run_id is not None:
+                self._host.run_committed(record)  # so a run knows its commits even if its caller gave up
         subscribers = self._cell.subscribers
         if subscribers:
             self._bus.publish(subscribers, record)
+        observer = self._cell.observer
+        if observer is not None:
+            observer("published", old.ref, record)
 
     def _apply(self, req: ApplyRequest) -> StateChanged:
         cell = self._cell

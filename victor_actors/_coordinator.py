@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import attrs
 
+from victor_actors._crossscope import split_by_scope
 from victor_actors._errors import VersionConflictError, VictorActorsError
 from victor_actors._model import CoordinatorResult, TransitionBatch
 from victor_actors._state import ContextSnapshot, StateChanged
@@ -93,6 +94,15 @@ class CoordinatorRunner:
         coordinators: name -> coordinator, for handoffs (``register`` adds more).
         max_retries: fresh snapshots to try after version conflicts, per step.
         max_steps: handoffs to follow at most in one ``run``.
+        validate_reads: also require the ancestors the coordinator only read
+            to be unchanged at commit time (they join the transaction, locked,
+            with nothing to write). Off by default: a step then checks the
+            versions of the scopes it writes (its own, and any ancestor its
+            batch targets), so no update is ever lost, but a decision may
+            rest on an ancestor value that changed meanwhile. Turn it on when
+            a decision written here must stay consistent with what it read
+            above; it costs a round trip per ancestor and serialises steps on
+            the shared ancestors.
     """
 
     def __init__(
@@ -101,12 +111,14 @@ class CoordinatorRunner:
         *,
         max_retries: int = 5,
         max_steps: int = 25,
+        validate_reads: bool = False,
     ) -> None:
         if max_retries < 0 or max_steps < 1:
             raise ValueError("max_retries must be >= 0 and max_steps >= 1")
         self.coordinators: dict[str, Coordinator] = dict(coordinators or {})
         self.max_retries = max_retries
         self.max_steps = max_steps
+        self.validate_reads = validate_reads
 
     def register(self, name: str, coordinator: Coordinator) -> None:
         if not callable(getattr(coordinator, "process", None)):
@@ -172,8 +184,23 @@ class CoordinatorRunner:
         _log(name, result)
         commit = None
         if not result.transitions.is_empty():
-            commit = handle.apply(result.transitions, expected_version=snapshot.versions())
+            commit = handle.apply(
+                result.transitions, expected_version=self._expected(handle, snapshot, result)
+            )
         return StepRecord(name, result, commit, attempt)
+
+    def _expected(
+        self, handle: ScopeHandle, snapshot: ContextSnapshot, result: CoordinatorResult
+    ) -> dict[Any, int]:
+        """The versions to check: every scope the snapshot saw, or only those the batch writes."""
+        versions = snapshot.versions()
+        if self.validate_reads:
+            return dict(versions)
+        written = {snapshot.ref}
+        parts = split_by_scope(handle, result.transitions.freeze())
+        if parts is not None:
+            written.update(parts)
+        return {ref: v for ref, v in versions.items() if ref in written}
 
     async def _aapply(
         self,
@@ -186,7 +213,8 @@ class CoordinatorRunner:
         _log(name, result)
         commit = None
         if not result.transitions.is_empty():
-            commit = await handle.aapply(result.transitions, expected_version=snapshot.versions())
+            expected = self._expected(handle, snapshot, result)
+            commit = await handle.aapply(result.transitions, expected_version=expected)
         return StepRecord(name, result, commit, attempt)
 
     # -- the loop -----------------------------------------------------------

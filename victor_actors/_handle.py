@@ -145,8 +145,10 @@ class ScopeHandle:
             raise ScopeAccessError(f"the manager is read-only; {self.ref} takes no batches")
         transitions = _transitions(batch)
         parts = split_by_scope(self, transitions)
-        if parts is None and expected_version is not None and not isinstance(expected_version, int):
-            expected_version = _own_expected(self.ref, expected_version)
+        if expected_version is not None and not isinstance(expected_version, int):
+            parts = self._checked_scopes(expected_version, transitions, parts)
+            if parts is None:
+                expected_version = _own_expected(self.ref, expected_version)
         wait = manager.request_timeout if timeout is None else timeout
         run = CURRENT_RUN.get()
         deadline = time.monotonic() + wait
@@ -156,6 +158,48 @@ class ScopeHandle:
             wait = max(deadline - time.monotonic(), 0.0)
             run_id = run.id
         return ApplyRequest(transitions, expected_version, deadline, run_id, reply), wait, parts  # type: ignore[arg-type]
+
+    def _checked_scopes(
+        self, expected: Mapping[Any, int], transitions: tuple[StateTransition, ...], parts: Parts
+    ) -> Parts:
+        """Scopes named in ``expected`` take part in the batch (possibly with nothing to write).
+
+        A version named for an ancestor the batch does not write is checked
+        atomically with the commit: the ancestor joins the transaction with an
+        empty part. Naming a scope that is neither this one nor an ancestor is
+        an access error.
+        """
+        lineage = self._cell.state.lineage
+        names: dict[Any, ScopeRef] = {
+            self.ref: self.ref,
+            str(self.ref): self.ref,
+            self.ref.scope.value: self.ref,
+        }
+        names[self.ref.scope] = self.ref
+        for anc in lineage:
+            names.update({anc: anc, str(anc): anc, anc.scope.value: anc, anc.scope: anc})
+        extra = []
+        for key in expected:
+            ref = names.get(key)
+            if ref is None:
+                raise ScopeAccessError(
+                    f"expected_version names {key!r}, which is neither {self.ref} nor one of its ancestors"
+                )
+            if ref != self.ref and (parts is None or ref not in parts):
+                extra.append(ref)
+        if not extra:
+            return parts
+        if parts is None:
+            parts = {self.ref: (list(transitions), list(range(len(transitions))))}
+        for ref in extra:
+            parts[ref] = ([], [])
+        return parts
+
+    def _unanswered(self, req: ApplyRequest) -> None:
+        """No reply in time: if the request belongs to a run, the run must check this scope."""
+        run = CURRENT_RUN.get()
+        if run is not None and req.run_id == run.id:
+            run.touch(self.ref)
 
     @staticmethod
     def _ran(record: StateChanged) -> StateChanged:
@@ -191,6 +235,7 @@ class ScopeHandle:
         try:
             record: StateChanged = self._actor.ask(req, block=True, timeout=wait)
         except pykka.Timeout:
+            self._unanswered(req)
             raise DeadlineExceededError(
                 f"{self.ref}: no reply within {wait} s; the request may still be applied, "
                 "read the scope's version to tell"
@@ -219,6 +264,9 @@ class ScopeHandle:
         timer = loop.call_later(wait, _expire, future, self.ref, wait)
         try:
             record = await future
+        except DeadlineExceededError:
+            self._unanswered(req)
+            raise
         finally:
             timer.cancel()
         return self._ran(record) if req.run_id is not None else record

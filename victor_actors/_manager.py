@@ -21,7 +21,7 @@ from victor_actors._errors import RuntimeClosedError, ScopeAccessError
 from victor_actors._events import EventBus, Subscription
 from victor_actors._handle import ScopeHandle
 from victor_actors._model import GLOBAL_REF, ScopeRef, StateScope
-from victor_actors._runs import RunContext
+from victor_actors._runs import Run, RunContext
 from victor_actors._state import ScopeState, StateChanged
 from victor_actors._store import RecoveryReport, Store
 from victor_actors._supervision import SupervisionEvent, SupervisionPolicy, Supervisor
@@ -89,6 +89,8 @@ class GlobalStateManager(CheckpointsMixin):
         self._children: dict[ScopeRef | None, list[ScopeRef]] = {}  # in creation order
         self._supervision_subs: tuple[Subscription, ...] = ()
         self.tools = ToolDispatcher(self)
+        self._observer: Callable[[str, ScopeRef, Any], None] | None = None
+        self._active_runs: dict[str, Run] = {}
         self.supervisor = Supervisor(
             children=lambda ref: list(self._children.get(ref, ())),
             parent=lambda ref: self._scopes[ref].cell.state.parent if ref in self._scopes else None,
@@ -263,6 +265,7 @@ class GlobalStateManager(CheckpointsMixin):
         else:
             ancestor_cells = ()
         cell = ScopeCell(state, self.durability)
+        cell.observer = self._observer
         persist = None if self._store is None else self._persister(cell)
         actor = ScopeActor.start(cell, self._bus, self._commit_prefix, self._commit_counter, persist, self)
         entry = _Entry(cell, actor, ScopeHandle(self, state.ref, cell, actor, ancestor_cells))
@@ -392,6 +395,19 @@ class GlobalStateManager(CheckpointsMixin):
         finally:
             self.release_sessions(session_ids)
 
+    def set_observer(self, observer: Callable[[str, ScopeRef, Any], None] | None) -> None:
+        """Watch every scope actor: ``observer(kind, ref, obj)`` on the actor's thread.
+
+        ``kind`` is ``"received"`` (``obj`` is the request message) or
+        ``"published"`` (``obj`` is the commit's ``StateChanged``). For test
+        recorders (``victor_actors.testing``); it must be quick and must not
+        block or call back into the scope. None turns it off.
+        """
+        with self._lock:
+            self._observer = observer
+            for entry in self._scopes.values():
+                entry.cell.observer = observer
+
     # -- tools ---------------------------------------------------------------
 
     def register_tool(self, name: str, fn: Callable[..., Any], *, timeout: float = 30.0) -> None:
@@ -421,6 +437,11 @@ class GlobalStateManager(CheckpointsMixin):
 
     def tools_committed(self, ref: ScopeRef, requests: tuple[Any, ...]) -> None:
         self.tools.dispatch(ref, requests)
+
+    def run_committed(self, record: StateChanged) -> None:
+        run = self._active_runs.get(record.run_id or "")
+        if run is not None:
+            run.record(record)
 
     # -- runs ----------------------------------------------------------------
 

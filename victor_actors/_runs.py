@@ -119,12 +119,20 @@ class _Plan:
                 stage, stage_restored = self.stage[0], True
             else:
                 conflicts.append(f"stage is {state.stage!r}, not {self.stage[1]!r} as the run left it")
-        drop = set()
+        drop: set[int] = set()
+        log = state.messages
         for index, message in self.messages:
-            if index < len(state.messages) and state.messages[index] == message:
-                drop.add(index)
+            # Messages are only appended, or removed by restores and other runs' rollbacks, so the
+            # run's message is at its original position or earlier: look there, then downwards.
+            found = None
+            for i in range(min(index, len(log) - 1), -1, -1):
+                if i not in drop and (log[i] is message or log[i] == message):
+                    found = i
+                    break
+            if found is None:
+                conflicts.append(f"message {index} of the run is no longer there")
             else:
-                conflicts.append(f"message {index} is no longer the run's")
+                drop.add(found)
         messages = state.messages
         if drop:
             messages = MessageLog().extended(tuple(m for i, m in enumerate(state.messages) if i not in drop))
@@ -187,6 +195,8 @@ class Run:
         self.rollback_report: RollbackReport | None = None
         self._lock = threading.Lock()
         self._commits: list[StateChanged] = []
+        self._seen: set[tuple[ScopeRef, str]] = set()
+        self._touched: set[ScopeRef] = set()  # scopes a request went to whose outcome is unknown
         self._subscriptions: list[Subscription] = []
 
     def __repr__(self) -> str:
@@ -203,10 +213,18 @@ class Run:
             return tuple(self._commits)
 
     def record(self, commit: StateChanged) -> None:
+        """Note a commit made for this run (from its reply, or from the actor that made it)."""
         with self._lock:
             for rec in (commit, *commit.related):
-                if rec.committed:
+                key = (rec.ref, rec.commit_id)
+                if rec.committed and key not in self._seen:
+                    self._seen.add(key)
                     self._commits.append(rec)
+
+    def touch(self, ref: ScopeRef) -> None:
+        """A request to ``ref`` ended without a reply: it may still commit for this run."""
+        with self._lock:
+            self._touched.add(ref)
 
     def subscribe(self, handle: ScopeHandle, callback: Callable[[StateChanged], object]) -> Subscription:
         """A subscription that ends with the run."""
@@ -229,17 +247,34 @@ class Run:
         return threading.Thread(target=self.bind(target), args=args, kwargs=kwargs, daemon=True)
 
     def rollback(self, reason: str) -> RollbackReport:
-        """Undo this run's writes in every scope it touched (see the module's documentation)."""
-        plans: dict[ScopeRef, _Plan] = {}
-        for rec in self.commits:
-            plans.setdefault(rec.ref, _Plan(rec.ref)).add(rec)
+        """Undo this run's writes in every scope it touched (see the module's documentation).
+
+        The undo plan of each scope is built on that scope's actor thread, when
+        the rollback request is handled: a request of the run still in that
+        mailbox (its caller gave up waiting) has committed by then and is
+        undone too.
+        """
+        with self._lock:
+            refs = list(dict.fromkeys([*(r.ref for r in self._commits), *self._touched]))
         results = []
-        for ref, plan in plans.items():
+        for ref in refs:
+            plans: list[_Plan] = []
+
+            def target(
+                state: ScopeState, ref: ScopeRef = ref, plans: list[_Plan] = plans
+            ) -> ScopeState | None:
+                plan = _Plan(ref)
+                for rec in self.commits:
+                    if rec.ref == ref:
+                        plan.add(rec)
+                plans.append(plan)
+                return plan.target(state)
+
             handle = self.manager.scope(ref)
             wait = self.manager.request_timeout
-            req = ApplyRequest((), None, time.monotonic() + wait, self.id, None, plan.target)
+            req = ApplyRequest((), None, time.monotonic() + wait, self.id, None, target)
             commit: StateChanged = handle._actor.ask(req, block=True, timeout=wait)
-            report = plan.report or ScopeRollback(ref)
+            report = (plans[0].report if plans else None) or ScopeRollback(ref)
             results.append(attrs.evolve(report, version=commit.version if commit.committed else None))
         self.rollback_report = RollbackReport(self.id, reason, tuple(results))
         return self.rollback_report
@@ -261,6 +296,7 @@ class RunContext:
 
     def __enter__(self) -> Run:
         self._tokens = (CURRENT_RUN.set(self._run), RUN_ID.set(self._run.id))
+        self._run.manager._active_runs[self._run.id] = self._run
         return self._run
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
@@ -304,6 +340,7 @@ class RunContext:
             run.status = "rolled_back"
         finally:
             run._close()
+            run.manager._active_runs.pop(run.id, None)
         if exc is None or isinstance(exc, TimeoutError):
             err = DeadlineExceededError(
                 f"run {run.id} exceeded its timeout of {run.timeout} s; its writes were rolled back"

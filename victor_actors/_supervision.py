@@ -165,6 +165,7 @@ class Supervisor:
         self._restart(ref, reason)
         with self._lock:
             self.restarts += 1
+            self._history.pop(ref, None)  # a restarted supervisor starts with a fresh restart count
         self._event("restarted", ref, supervisor, reason)
         for child in self._children(ref):
             self._restart_tree(child, f"its supervisor {ref} restarted", ref)

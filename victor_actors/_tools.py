@@ -76,10 +76,16 @@ class ToolDispatcher:
         self._lock = threading.Lock()
         self._inflight: set[tuple[ScopeRef, str]] = set()
         self._idle = threading.Condition(self._lock)
-        self.unhandled: list[tuple[ScopeRef, str, str]] = []  # (scope, request id, tool) with no executor
+        self._unhandled: dict[tuple[ScopeRef, str], str] = {}
         self.dispatched = 0
         self.redelivered = 0
         self.failed = 0
+
+    @property
+    def unhandled(self) -> list[tuple[ScopeRef, str, str]]:
+        """Redelivered requests with no executor registered: (scope, request id, tool), once each."""
+        with self._lock:
+            return [(ref, rid, name) for (ref, rid), name in self._unhandled.items()]
 
     def register(self, name: str, fn: Callable[..., Any], *, timeout: float = 30.0) -> None:
         """Run ``fn(call: ToolCall)`` (sync or ``async``) for requests to tool ``name``."""
@@ -96,10 +102,12 @@ class ToolDispatcher:
             tool = self._tools.get(name)
             if tool is None:
                 if redelivery:
-                    self.unhandled.append((ref, request["request_id"], name))
+                    with self._lock:
+                        self._unhandled[(ref, request["request_id"])] = name
                 continue
             key = (ref, request["request_id"])
             with self._lock:
+                self._unhandled.pop(key, None)
                 if key in self._inflight:
                     continue
                 self._inflight.add(key)
