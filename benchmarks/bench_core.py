@@ -7,7 +7,11 @@
 2. aapply (the asyncio twin) vs the same echo baseline;
 3. snapshot at 10 vs 100,000 keys, with a dict copy at 100k as a contrast;
 4. a 10-key apply at 100,000 vs 10 keys;
-5. throughput: 4 threads applying to 4 scopes vs 4 threads asking 4 echo actors.
+5. throughput: 4 threads applying to 4 scopes vs 4 threads asking 4 echo actors;
+6. cross-scope batches on a conversation under workflow "wf" under team "t": a
+   single-scope batch (the baseline) vs the same batch also writing the team
+   (two scopes) or the workflow, team and global scopes too (four), and vs
+   transact() locking the team (two scopes, pessimistic).
 
 The machine is shared and noisy, so subjects are never timed in one long
 stretch each: every section runs in rounds that interleave the baseline and
@@ -20,6 +24,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import itertools
 import json
 import os
 import platform
@@ -122,6 +127,46 @@ def echo_one(actor: pykka.ActorRef[Any], i: int) -> object:
     return actor.ask(i, block=True)
 
 
+# -- section 6: cross-scope batches, each written as users write it ------------------------
+
+
+def cross_single(conv: ScopeHandle, i: int) -> object:
+    return conv.apply(TransitionBatch().add_message(i).update_state("k", i))
+
+
+def cross_two(conv: ScopeHandle, i: int) -> object:
+    return conv.apply(
+        TransitionBatch().add_message(i).update_state("k", i).update_state("t", i, scope="team")
+    )
+
+
+def cross_four(conv: ScopeHandle, i: int) -> object:
+    return conv.apply(
+        TransitionBatch()
+        .add_message(i)
+        .update_state("k", i)
+        .update_state("t", i, scope="team")
+        .update_state("w", i, scope="workflow")
+        .update_state("g", i, scope="global")
+    )
+
+
+def cross_transact(conv: ScopeHandle, i: int) -> object:
+    return conv.transact(
+        lambda s: TransitionBatch().add_message(i).update_state("t", i, scope="team"), lock=["team"]
+    )
+
+
+def time_indexed(fn: Callable[[int], object], n: int, out: list[int], seq: Iterator[int]) -> None:
+    """Time n calls fn(i). Every block takes fresh values of i from seq, so no update is a no-op."""
+    base = next(seq) * n
+    with no_gc():
+        for i in range(base, base + n):
+            t0 = ns()
+            fn(i)
+            out.append(ns() - t0)
+
+
 def run_threads(fns: Sequence[Callable[[int], object]], ops: int) -> int:
     """Run ``fn(i)`` for i < ops on one thread per fn, all released at once; wall ns."""
     barrier = threading.Barrier(len(fns) + 1)
@@ -166,6 +211,8 @@ def main() -> None:
     # copy_n: dict(snapshot.state) copies per round (~0.1 s each); 10x that for dict(d).
     snap_n, copy_n = (2_000, 2) if args.quick else (20_000, 3)
     tp_rounds, tp_ops = (2, 300) if args.quick else (4, 2_500)
+    # Section 6: a four-scope call costs ~4 single ones, so fewer calls per block.
+    cross_rounds, cross_n = (2, 150) if args.quick else (10, 1_250)
 
     meta = {
         "date": datetime.now().astimezone().isoformat(timespec="seconds"),
@@ -243,6 +290,28 @@ def main() -> None:
         for _ in range(tp_rounds):
             tp_ns["echo"] += run_threads(echo_fns, tp_ops)
             tp_ns["apply"] += run_threads(apply_fns, tp_ops)
+
+        # Section 6: cross-scope batches, interleaved (odd rounds reversed) like sections 1-4.
+        conv = manager.get_conversation_state("bench-cross", workflow_id="wf", team_id="t")
+        seq = itertools.count()
+        cross_fns: list[tuple[str, Callable[[int], object]]] = [
+            ("cross1", partial(cross_single, conv)),
+            ("cross2", partial(cross_two, conv)),
+            ("cross4", partial(cross_four, conv)),
+            ("transact2", partial(cross_transact, conv)),
+        ]
+        for _name, fn in cross_fns:
+            time_indexed(fn, warm, [], seq)
+        cross_blocks = [partial(time_indexed, fn, cross_n, bucket(name), seq) for name, fn in cross_fns]
+        for r in range(cross_rounds):
+            for block in cross_blocks if r % 2 == 0 else reversed(cross_blocks):
+                block()
+        cross_versions = {
+            "conversation": conv.version,
+            "workflow": manager.get_workflow_state("wf").version,
+            "team": manager.get_team_state("t").version,
+            "global": manager.get_global_state().version,
+        }
     finally:
         runner.close()
         manager.close()
@@ -298,8 +367,40 @@ def main() -> None:
     print(f"    {'bare pykka echo asks on 4 actors':<50}{rates['echo']:>10.0f} ops/s")
     print(f"    {'apply on 4 conversation scopes':<50}{rates['apply']:>10.0f} ops/s")
 
+    cross_ratios: dict[str, float] = {}
+    for label, num, den in [
+        ("two-scope/single", "cross2", "cross1"),
+        ("four-scope/single", "cross4", "cross1"),
+        ("transact two-scope/single", "transact2", "cross1"),
+    ]:
+        cross_ratios[f"cross {label} median"] = ratio(num, den)
+        cross_ratios[f"cross {label} p99"] = ratio(num, den, "p99_us")
+    cross_labels = [
+        ("cross1", "apply: conversation only (baseline)"),
+        ("cross2", "apply: conversation + team"),
+        ("cross4", "apply: conversation + workflow + team + global"),
+        ("transact2", "transact(lock=team): conversation + team"),
+    ]
+    print(f"\ncross-scope batches ({cross_rounds} interleaved rounds; {cross_n} calls per block; gc off)")
+    print('    conversation under workflow "wf" under team "t"; each call builds its batch, then applies')
+    print(f"{'sec':<4}{'what':<46}{'calls':>8}{'median us':>12}{'p99 us':>12}")
+    for key, label in cross_labels:
+        s = st[key]
+        print(f"{'6':<4}{label:<46}{s['n']:>8}{s['median_us']:>12.2f}{s['p99_us']:>12.2f}")
+    print("    versions after the run: " + ", ".join(f"{k} {v}" for k, v in cross_versions.items()))
+    print("\nratios (cross-scope)")
+    for name, value in cross_ratios.items():
+        print(f"    {name:<50}{value:>10.2f}x")
+
     if args.json:
-        out = {"meta": meta, "fill_seconds": fill_s, "latency": st, "ratios": ratios, "throughput": rates}
+        out = {
+            "meta": meta,
+            "fill_seconds": fill_s,
+            "latency": st,
+            "ratios": {**ratios, **cross_ratios},
+            "throughput": rates,
+            "cross_scope": {"rounds": cross_rounds, "calls_per_block": cross_n, "versions": cross_versions},
+        }
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(out, f, indent=2)
         print(f"\nwrote {args.json}")

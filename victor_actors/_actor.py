@@ -145,7 +145,9 @@ class ActorHost(Protocol):
     def release_sessions(self, session_ids: tuple[str, ...]) -> None: ...
     def adopt_sessions(self, parent: ScopeRef, session_ids: tuple[str, ...]) -> None: ...
     def scope_failed(self, ref: ScopeRef, exc: BaseException) -> None: ...
-    def tools_committed(self, ref: ScopeRef, requests: tuple[Any, ...]) -> None: ...
+    def tools_committed(
+        self, ref: ScopeRef, requests: tuple[Any, ...], run_id: str | None = None
+    ) -> None: ...
     def run_committed(self, record: StateChanged) -> None: ...
     def reload(self, cell: ScopeCell, reason: str) -> None: ...
 
@@ -272,10 +274,13 @@ class ScopeActor(pykka.ThreadingActor):
             return
         txn.votes.put((True, (state, new_state, record)))
         outcome = txn.wait_outcome()  # this scope takes nothing else until the batch is decided
-        if outcome == "committed" and new_state is not state:
-            self._after_publish(state, record)
-        elif created and self._sessions is not None:
-            self._sessions.release_sessions(created)
+        try:
+            if outcome == "committed" and new_state is not state:
+                self._after_publish(state, record)
+            elif created and self._sessions is not None:
+                self._sessions.release_sessions(created)
+        finally:
+            txn.participant_done()
 
     def _supervise(self, exc: BaseException) -> None:
         """Report a failure to the supervisor, which may restart this scope right here."""
@@ -307,7 +312,8 @@ class ScopeActor(pykka.ThreadingActor):
             self._sessions.adopt_sessions(old.ref, record.sessions_created)
         if self._host is not None:
             if record.tool_requests:
-                self._host.tools_committed(old.ref, record.tool_requests)  # the outbox: after the commit
+                # the outbox: after the commit; results of a run's requests belong to the run
+                self._host.tools_committed(old.ref, record.tool_requests, record.run_id)
             if record.run_id is not None:
                 self._host.run_committed(record)  # so a run knows its commits even if its caller gave up
         subscribers = self._cell.subscribers

@@ -229,8 +229,22 @@ class CoordinatorRunner:
             stop = _stop_reason(record.result)
             if stop:
                 return LoopResult(tuple(steps), handle.snapshot(), stop)
-            current = record.result.handoff_to  # type: ignore[assignment]
+            current = self._next(record, steps, handle.snapshot())
         return LoopResult(tuple(steps), handle.snapshot(), "max_steps")
+
+    def _next(self, record: StepRecord, steps: list[StepRecord], snapshot: ContextSnapshot) -> str:
+        """The coordinator to hand off to; unknown: an error that keeps the steps already made."""
+        name = record.result.handoff_to
+        assert name is not None
+        if name not in self.coordinators:
+            known = ", ".join(sorted(self.coordinators)) or "none"
+            err = VictorActorsError(
+                f"{record.coordinator} handed off to {name!r}, which is not registered "
+                f"(registered: {known}); the {len(steps)} step(s) before it stand"
+            )
+            err.loop_result = LoopResult(tuple(steps), snapshot, f"unknown handoff {name!r}")  # type: ignore[attr-defined]
+            raise err
+        return name
 
     async def arun(
         self, handle: ScopeHandle, coordinator: str | Coordinator, user_message: str
@@ -244,7 +258,7 @@ class CoordinatorRunner:
             stop = _stop_reason(record.result)
             if stop:
                 return LoopResult(tuple(steps), await handle.asnapshot(), stop)
-            current = record.result.handoff_to  # type: ignore[assignment]
+            current = self._next(record, steps, await handle.asnapshot())
         return LoopResult(tuple(steps), await handle.asnapshot(), "max_steps")
 
     def nested(
@@ -283,6 +297,8 @@ def _call_sync(coordinator: Coordinator, snapshot: ContextSnapshot, user_message
             asyncio.get_running_loop()
         except RuntimeError:
             return _checked(name, asyncio.run(_await(result)))
+        if inspect.iscoroutine(result):
+            result.close()  # never started: close it rather than leave it unawaited
         raise VictorActorsError(
             f"coordinator {name} is async and an event loop is running here: use the runner's arun/astep"
         )

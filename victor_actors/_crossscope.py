@@ -64,6 +64,7 @@ class CrossTxn:
         self.lock = threading.Lock()
         self.decided = threading.Condition(self.lock)
         self.state = _PENDING
+        self.done_count = 0
         self.votes: queue.SimpleQueue[tuple[bool, Any]] = queue.SimpleQueue()
 
     def claim(self) -> bool:
@@ -85,6 +86,22 @@ class CrossTxn:
         with self.lock:
             self.state = state
             self.decided.notify_all()
+
+    def participant_done(self) -> None:
+        """A participant finished its work after the outcome (events, sessions, tools)."""
+        with self.lock:
+            self.done_count += 1
+            self.decided.notify_all()
+
+    def wait_participants(self, count: int, timeout: float) -> None:
+        """The coordinator waits for that work, so a reply means sessions and tools are under way."""
+        end = time.monotonic() + timeout
+        with self.lock:
+            while self.done_count < count:
+                remaining = end - time.monotonic()
+                if remaining <= 0:
+                    return
+                self.decided.wait(remaining)
 
     def wait_outcome(self) -> str:
         """A prepared actor's wait: returns "committed" or "aborted"."""
@@ -258,6 +275,7 @@ def _decide(
                 v.handle._cell.state = v.new
     finally:
         txn.finish(_COMMITTED)
+    txn.wait_participants(len(votes), _GRACE + 4.0)
     mine = next(v.record for v in votes if v.handle is handle)
     involved = tuple(v.handle.ref for v in votes if v.new is not v.old)
     related = tuple(v.record for v in votes if v.handle is not handle and v.new is not v.old)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import atexit
 import itertools
 import logging
@@ -435,8 +436,12 @@ class GlobalStateManager(CheckpointsMixin):
                 count += len(pending)
         return count
 
-    def tools_committed(self, ref: ScopeRef, requests: tuple[Any, ...]) -> None:
-        self.tools.dispatch(ref, requests)
+    async def aresume_tools(self) -> int:
+        """The asyncio twin of :meth:`resume_tools`."""
+        return await asyncio.to_thread(self.resume_tools)
+
+    def tools_committed(self, ref: ScopeRef, requests: tuple[Any, ...], run_id: str | None = None) -> None:
+        self.tools.dispatch(ref, requests, run_id=run_id)
 
     def run_committed(self, record: StateChanged) -> None:
         run = self._active_runs.get(record.run_id or "")
@@ -451,7 +456,7 @@ class GlobalStateManager(CheckpointsMixin):
         Every request inside is tagged with ``run.id`` and bounded by the
         run's deadline. If the block raises or outlives ``timeout``, the
         run's own writes are rolled back in every scope it touched (see
-        ``docs/runs.md``) and the error is raised again with a
+        ``docs/supervision-and-runs.md``) and the error is raised again with a
         ``rollback_report``.
         """
         if self._closed:

@@ -108,12 +108,12 @@ def reduce(
             example a duplicate tool request id); ``index`` and
             ``transition_type`` name it.
     """
-    if not transitions:
-        return state, _noop(state, commit_id, run_id, timestamp)
     if state.closed:
         raise ScopeClosedError(
             f"{state.ref} is closed; it is readable but takes no batches; nothing was applied"
         )
+    if not transitions:
+        return state, _noop(state, commit_id, run_id, timestamp)
     new_version = state.version + 1
     # Persistent-map mutations are made on first use: most batches touch one or two of them.
     values: Any = None
@@ -286,10 +286,9 @@ def reset(
     """Set ``state``'s contents to ``target``'s as one new commit (restore, rollback).
 
     History is kept: the version rises by one, and the record lists every
-    key that differs, as any commit does.
+    key that differs, as any commit does. It also applies to a closed scope:
+    restoring or rolling back is how a close is undone.
     """
-    if state.closed:
-        raise ScopeClosedError(f"{state.ref} is closed; nothing was applied")
     new_version = state.version + 1
     old_values: dict[str, Any] = {k: v for k, v in state.values.items()}
     for key in target.values:

@@ -88,6 +88,7 @@ class _Plan:
         self.stage: list[str] | None = None  # [before the run, as the run left it]
         self.messages: list[tuple[int, Any]] = []
         self.tools: list[str] = []
+        self.closed = False  # the run closed this scope (CLOSE_SESSION)
         self.report: ScopeRollback | None = None
 
     def add(self, rec: StateChanged) -> None:
@@ -104,6 +105,7 @@ class _Plan:
                 self.stage[1] = rec.new_stage
         self.messages.extend((rec.first_message_index + i, m) for i, m in enumerate(rec.added_messages))
         self.tools.extend(r["request_id"] for r in rec.tool_requests)
+        self.closed = self.closed or rec.closed
 
     def target(self, state: ScopeState) -> ScopeState | None:
         """The state with this run's writes undone (on the scope's actor thread)."""
@@ -151,7 +153,8 @@ class _Plan:
             tuple(released),
             tuple(conflicts),
         )
-        if not (restored or caps_restored or stage_restored or drop or released):
+        reopened = self.closed and state.closed
+        if not (restored or caps_restored or stage_restored or drop or released or reopened):
             return None
         return attrs.evolve(
             state,
@@ -160,6 +163,7 @@ class _Plan:
             stage=stage,
             messages=messages,
             pending_tools=pending.finish(),
+            closed=False if reopened else state.closed,
         )
 
 
@@ -208,7 +212,11 @@ class Run:
 
     @property
     def commits(self) -> tuple[StateChanged, ...]:
-        """Every commit made for this run so far, in the order their replies arrived."""
+        """Every commit made for this run so far, in the order the run learned of them.
+
+        Each scope's commits are in that scope's commit order; commits of
+        different scopes may interleave in any order.
+        """
         with self._lock:
             return tuple(self._commits)
 
@@ -270,10 +278,13 @@ class Run:
                 plans.append(plan)
                 return plan.target(state)
 
-            handle = self.manager.scope(ref)
             wait = self.manager.request_timeout
             req = ApplyRequest((), None, time.monotonic() + wait, self.id, None, target)
-            commit: StateChanged = handle._actor.ask(req, block=True, timeout=wait)
+            try:
+                commit: StateChanged = self.manager.scope(ref)._actor.ask(req, block=True, timeout=wait)
+            except Exception as exc:  # report it and go on with the other scopes
+                results.append(ScopeRollback(ref, conflicts=(f"the rollback of {ref} failed: {exc!r}",)))
+                continue
             report = (plans[0].report if plans else None) or ScopeRollback(ref)
             results.append(attrs.evolve(report, version=commit.version if commit.committed else None))
         self.rollback_report = RollbackReport(self.id, reason, tuple(results))

@@ -32,8 +32,10 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from victor_actors._context import RUN_ID
 from victor_actors._errors import VictorActorsError
 from victor_actors._model import ScopeRef, TransitionBatch
+from victor_actors._runs import CURRENT_RUN
 from victor_actors._values import freeze, thaw
 
 if TYPE_CHECKING:
@@ -53,6 +55,7 @@ class ToolCall:
     arguments: dict[str, Any]
     scope: ScopeRef
     redelivery: bool = False  # dispatched again after a restart: it may have run before
+    run_id: str | None = None  # the run whose commit requested it, if any
 
 
 @attrs.frozen(slots=True)
@@ -95,7 +98,9 @@ class ToolDispatcher:
             raise ValueError("a tool's timeout must be positive")
         self._tools[name] = _Tool(fn, float(timeout), inspect.iscoroutinefunction(fn))
 
-    def dispatch(self, ref: ScopeRef, requests: tuple[Any, ...], *, redelivery: bool = False) -> None:
+    def dispatch(
+        self, ref: ScopeRef, requests: tuple[Any, ...], *, redelivery: bool = False, run_id: str | None = None
+    ) -> None:
         """Hand committed requests to their executors (called after the commit is published)."""
         for request in requests:
             name = request["tool_name"]
@@ -114,7 +119,7 @@ class ToolDispatcher:
                 self.dispatched += 1
                 if redelivery:
                     self.redelivered += 1
-            call = ToolCall(request["request_id"], name, thaw(request["arguments"]), ref, redelivery)
+            call = ToolCall(request["request_id"], name, thaw(request["arguments"]), ref, redelivery, run_id)
             self._executor().submit(self._run, tool, call)
 
     def _executor(self) -> ThreadPoolExecutor:
@@ -163,6 +168,9 @@ class ToolDispatcher:
                 time.monotonic() - started,
                 error,
             )
+        # A result for a run that is still going belongs to that run (and goes if it rolls back).
+        run = None if call.run_id is None else self._manager._active_runs.get(call.run_id)
+        tokens = None if run is None else (CURRENT_RUN.set(run), RUN_ID.set(run.id))
         try:
             handle = self._manager.scope(call.scope)
             batch = TransitionBatch().tool_result(
@@ -173,6 +181,9 @@ class ToolDispatcher:
             # rolled back, answered by someone else, scope closed or the manager closing: nothing to record
             logger.info("result of %s (%s) not recorded: %s", call.tool_name, call.request_id, exc)
         finally:
+            if tokens is not None:
+                CURRENT_RUN.reset(tokens[0])
+                RUN_ID.reset(tokens[1])
             with self._lock:
                 self._inflight.discard((call.scope, call.request_id))
                 self._idle.notify_all()
@@ -187,6 +198,10 @@ class ToolDispatcher:
                     return False
                 self._idle.wait(remaining)
         return True
+
+    async def await_idle(self, timeout: float = 10.0) -> bool:
+        """The asyncio twin of :meth:`wait_idle`."""
+        return await asyncio.to_thread(self.wait_idle, timeout)
 
     def close(self) -> None:
         with self._lock:

@@ -1,0 +1,333 @@
+"""asyncio: every awaitable leaves the event loop free; the sync API needs no event loop at all.
+
+The loop's freedom is measured with a ticker task that sleeps 5 ms at a time and records how late
+it wakes. Only ratios are asserted (the ticker's longest gap against the time the awaits took), and
+the same measurement is run against a deliberately loop-blocking call to show that it can fail.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from victor_actors import (
+    ContextSnapshot,
+    CoordinatorResult,
+    CoordinatorRunner,
+    GlobalStateManager,
+    ScopeHandle,
+    StateChanged,
+    TransitionBatch,
+    VersionConflictError,
+)
+
+BUSY = 1.0  # seconds each actor is kept busy by an injected fault
+
+
+async def _measure(work: Callable[[], Awaitable[Any]]) -> tuple[float, float, Any]:
+    """Run ``work()`` beside a ticker; return (the ticker's longest gap, the time work took, its result)."""
+    gaps: list[float] = []
+    stop = False
+
+    async def ticker() -> None:
+        last = time.perf_counter()
+        while not stop:
+            await asyncio.sleep(0.005)
+            now = time.perf_counter()
+            gaps.append(now - last)
+            last = now
+
+    tick = asyncio.ensure_future(ticker())
+    await asyncio.sleep(0)  # the ticker is running before the work starts
+    start = time.perf_counter()
+    result = await work()
+    elapsed = time.perf_counter() - start
+    stop = True
+    await tick
+    return max(gaps), elapsed, result
+
+
+def _make_busy(manager: GlobalStateManager, handles: list[ScopeHandle], seconds: float) -> list[str]:
+    """Each actor sleeps ``seconds`` on its next request; returns a list each finished sleep appends to."""
+    done: list[str] = []
+
+    def busy(name: str) -> Callable[[], None]:
+        def fault() -> None:
+            time.sleep(seconds)
+            done.append(name)
+
+        return fault
+
+    for h in handles:
+        manager.inject_fault(h.ref, busy(h.ref.id))
+    return done
+
+
+class Bump:
+    """A coordinator for astep: one message, one counter."""
+
+    def process(self, snapshot: ContextSnapshot, user_message: str) -> CoordinatorResult:
+        return CoordinatorResult(
+            TransitionBatch()
+            .add_message(user_message)
+            .update_state("steps", snapshot.get_state("steps", 0) + 1)
+        )
+
+
+def test_thousands_of_awaits_on_busy_actors_leave_the_loop_free(manager: GlobalStateManager) -> None:
+    team = manager.get_team_state("t")
+    convs = [
+        manager.get_conversation_state(f"c{i}", workflow_id="wf" if i % 2 else None, team_id="t")
+        for i in range(8)
+    ]
+    runner = CoordinatorRunner(max_retries=50)
+
+    def awaits(i: int, conv: ScopeHandle) -> Iterator[Awaitable[Any]]:
+        """One conversation's share: 288 awaits, made as they are started."""
+        for j in range(100):
+            yield conv.aapply(TransitionBatch().add_message(f"a{j}").update_state(f"k{j}", j))
+        for j in range(50):
+            yield conv.aupdate({"u": j, f"u{j}": True})
+            yield conv.aset("s", j)
+            yield conv.aadd_message({"role": "user", "n": j})
+        for j in range(10):
+            yield conv.adelete(f"missing{j}")
+            yield conv.asnapshot()
+            yield conv.asnapshot()
+        for _ in range(3):
+            yield conv.atransact(
+                lambda s: TransitionBatch().update_state("tx", s.get_state("tx", 0) + 1), lock=()
+            )
+        for j in range(2):
+            yield conv.aapply(
+                TransitionBatch().add_message(f"x{j}").update_state(f"from_c{i}_{j}", j, scope="team")
+            )
+            yield runner.astep(conv, Bump(), f"step{j}")
+        yield in_a_run(conv)
+
+    async def in_a_run(conv: ScopeHandle) -> str:
+        async with manager.arun(f"run-{conv.ref.id}") as run:
+            await conv.aset("in_run", run.id)
+            return run.id
+
+    async def failing_run(conv: ScopeHandle) -> None:
+        try:
+            async with manager.arun("doomed"):
+                await conv.aset("doomed", 1)
+                raise RuntimeError("the agent crashed")
+        except RuntimeError:
+            pass  # rolled back, off the loop
+
+    done_sleeping = _make_busy(manager, convs, BUSY)
+
+    async def work() -> tuple[int, list[Any]]:
+        tasks = [asyncio.ensure_future(failing_run(convs[0]))]
+        for i, conv in enumerate(convs):
+            for n, aw in enumerate(awaits(i, conv)):
+                tasks.append(asyncio.ensure_future(aw))
+                if n % 50 == 0:
+                    await asyncio.sleep(0)  # start them as an application would: a few at a time
+        await asyncio.sleep(0)
+        in_flight = sum(not t.done() for t in tasks)
+        return in_flight, await asyncio.gather(*tasks)
+
+    longest_gap, elapsed, (in_flight, results) = asyncio.run(_measure(work))
+    assert in_flight >= 2000, in_flight
+    assert sorted(done_sleeping) == sorted(c.ref.id for c in convs)  # every actor was busy meanwhile
+    assert longest_gap < elapsed / 3, (longest_gap, elapsed)
+
+    # and everything the awaits asked for happened, once
+    assert len(results) == 8 * 288 + 1
+    commits = [r for r in results if isinstance(r, StateChanged) and r.committed]
+    assert len({(r.ref, r.new_version) for r in commits}) == len(commits)
+    run_ids = {r for r in results if isinstance(r, str)}
+    assert len(run_ids) == 8
+    for i, conv in enumerate(convs):
+        snap = conv.snapshot()
+        assert snap.get_state("tx") == 3 and snap.get_state("steps") == 2 and snap.get_state("s") == 49
+        assert snap.get_state("u") == 49 and snap.get_state("k99") == 99
+        assert snap.message_count == 100 + 50 + 2 + 2
+        # every commit once; conv 0 also has the failed run's write and its rollback
+        assert snap.version == 100 + 50 + 50 + 50 + 3 + 2 + 2 + 1 + (2 if i == 0 else 0)
+        assert team.get(f"from_c{i}_1") == 1
+        assert snap.get_state("in_run") in run_ids
+    assert convs[0].get("doomed") is None
+
+    # The same measurement against a loop-blocking await: a synchronous apply on a busy actor.
+    blocked = [manager.get_conversation_state("b")]
+    _make_busy(manager, blocked, BUSY / 2)
+
+    async def blocking_apply(conv: ScopeHandle) -> StateChanged:
+        await asyncio.sleep(0)
+        return conv.apply(TransitionBatch().add_message("blocks the loop"))  # no await: the loop waits
+
+    async def blocking_work() -> list[StateChanged]:
+        return await asyncio.gather(*(blocking_apply(c) for c in blocked))
+
+    bad_gap, bad_elapsed, bad_results = asyncio.run(_measure(blocking_work))
+    assert all(r.committed for r in bad_results)
+    assert bad_gap > bad_elapsed / 2, (bad_gap, bad_elapsed)  # this is what the first check rules out
+
+
+def test_the_managers_awaitables_leave_the_loop_free(tmp_path: Path) -> None:
+    """Checkpoints, restore, fork, flush, resume_tools and await_idle, against busy actors and a busy tool."""
+    with GlobalStateManager.open(tmp_path) as manager:
+        convs = [manager.get_conversation_state(f"c{i}", team_id="t") for i in range(4)]
+        for conv in convs:
+            conv.set("v", "first")
+        cids = [manager.save_checkpoint(c.ref) for c in convs]
+        for conv in convs:
+            conv.set("v", "second")
+        release = threading.Event()
+        manager.register_tool("slow", lambda call: release.wait(5) and "done")
+        tooled = manager.get_conversation_state("tooled")
+        tooled.apply(TransitionBatch().execute_tool("slow", {}, request_id="r"))
+        done_sleeping = _make_busy(manager, convs, BUSY / 2)
+
+        async def work() -> list[Any]:
+            threading.Timer(BUSY / 2, release.set).start()  # the tool finishes while actors are busy
+            return await asyncio.gather(
+                *(manager.arestore(c.ref, cid) for c, cid in zip(convs[:2], cids, strict=False)),
+                *(c.aapply(TransitionBatch().add_message(j)) for c in convs[2:] for j in range(50)),
+                *(manager.asave_checkpoint(c.ref, label="async") for c in convs),
+                manager.alist_checkpoints(convs[0].ref),
+                manager.aload_checkpoint(convs[1].ref, cids[1]),
+                manager.afork(convs[2].ref, cids[2], "forked"),
+                manager.aflush(),
+                manager.aresume_tools(),
+                manager.tools.await_idle(5),
+            )
+
+        longest_gap, elapsed, results = asyncio.run(_measure(work))
+        assert sorted(done_sleeping) == sorted(c.ref.id for c in convs)
+        assert longest_gap < elapsed / 3, (longest_gap, elapsed)
+        restored = results[:2]
+        assert all(r.committed and r.reset for r in restored)
+        assert results[-1] is True  # await_idle saw the tool finish
+        assert tooled.snapshot().messages[-1]["content"] == "done"
+        assert manager.get_conversation_state("forked").get("v") == "first"
+        assert [c.get("v") for c in convs] == ["first", "first", "second", "second"]
+        assert [c.snapshot().message_count for c in convs] == [0, 0, 50, 50]
+
+        # the sync twin called from a coroutine blocks the loop, and the measurement shows it
+        _make_busy(manager, convs[:1], BUSY / 2)
+
+        async def blocking() -> StateChanged:
+            await asyncio.sleep(0)
+            return manager.restore(convs[0].ref, cids[0])
+
+        bad_gap, bad_elapsed, _ = asyncio.run(_measure(blocking))
+        assert bad_gap > bad_elapsed / 2, (bad_gap, bad_elapsed)
+
+
+def test_the_measurement_tells_awaiting_from_blocking_on_one_actor(manager: GlobalStateManager) -> None:
+    conv = manager.get_conversation_state("c")
+
+    async def awaiting() -> StateChanged:
+        return await conv.aapply(TransitionBatch().add_message("awaited"))
+
+    async def blocking() -> StateChanged:
+        await asyncio.sleep(0)
+        return conv.apply(TransitionBatch().add_message("blocked"))
+
+    _make_busy(manager, [conv], 0.5)
+    good_gap, good_elapsed, _ = asyncio.run(_measure(awaiting))
+    _make_busy(manager, [conv], 0.5)
+    bad_gap, bad_elapsed, _ = asyncio.run(_measure(blocking))
+    assert good_gap < good_elapsed / 3, (good_gap, good_elapsed)
+    assert bad_gap > bad_elapsed / 2, (bad_gap, bad_elapsed)
+    assert conv.snapshot().messages == ("awaited", "blocked")
+
+
+def test_the_sync_api_works_from_plain_threads(manager: GlobalStateManager) -> None:
+    team = manager.get_team_state("t")
+    team.set("count", 0)
+    convs = [manager.get_conversation_state(f"c{i}", team_id="t") for i in range(6)]
+    errors: list[BaseException] = []
+    no_loop: list[bool] = []
+
+    def agent(conv: ScopeHandle, w: int) -> None:
+        try:
+            try:
+                asyncio.get_running_loop()
+            except RuntimeError:
+                no_loop.append(True)
+            seen = -1
+            for j in range(40):
+                conv.apply(TransitionBatch().add_message(j).update_state(f"j{w}", j))
+                snap = conv.snapshot()
+                assert snap.version > seen and snap.get_state(f"j{w}") == j  # reads its own writes
+                seen = snap.version
+                conv.transact(
+                    lambda s: (
+                        TransitionBatch()
+                        .update_state("count", s.get_state("count") + 1, scope="team")
+                        .update_state("mine", s.state.get("mine", 0) + 1)
+                    ),
+                    lock=["team"],
+                )
+                while True:  # optimistic, with the snapshot's versions
+                    snap = conv.snapshot()
+                    try:
+                        conv.apply(
+                            TransitionBatch().update_state("opt", snap.get_state("opt", 0) + 1),
+                            expected_version=snap.versions(),
+                        )
+                        break
+                    except VersionConflictError:
+                        continue
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=agent, args=(c, w)) for c in convs for w in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not any(t.is_alive() for t in threads)
+    assert not errors, errors
+    assert no_loop == [True] * len(threads)
+    assert team.get("count") == 6 * 2 * 40
+    for c in convs:
+        snap = c.snapshot()
+        assert snap.message_count == 80 and snap.get_state("mine") == 80 and snap.get_state("opt") == 80
+
+
+def test_many_event_loops_in_many_threads_share_scopes(manager: GlobalStateManager) -> None:
+    team = manager.get_team_state("t")
+    conv = manager.get_conversation_state("shared", team_id="t")
+    errors: list[BaseException] = []
+
+    async def agent(n: int) -> None:
+        for j in range(25):
+            await conv.aadd_message(f"{n}:{j}")
+            await conv.atransact(
+                lambda s: TransitionBatch().update_state("count", s.get_state("count", 0) + 1, scope="team"),
+                lock=["team"],
+            )
+
+    async def two_agents(n: int) -> None:
+        await asyncio.wait_for(asyncio.gather(agent(n), agent(n + 100)), 30)
+
+    def thread_main(n: int) -> None:
+        try:
+            asyncio.run(two_agents(n))
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=thread_main, args=(n,)) for n in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors, errors
+    assert conv.snapshot().message_count == 8 * 25
+    assert team.get("count") == 8 * 25
+    # each agent's messages are in its own order
+    for n in [*range(4), *range(100, 104)]:
+        mine = [m for m in conv.snapshot().messages if m.startswith(f"{n}:")]
+        assert mine == [f"{n}:{j}" for j in range(25)]
