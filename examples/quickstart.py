@@ -108,9 +108,8 @@ def run(path: str) -> int:
         print(
             f"alice v{snap_a.version}: {snap_a.message_count} messages, draft={snap_a.get_state('draft')!r}"
         )
-        print(
-            f"  reads goal from team: {snap_a.get_state('goal')!r}; model from global: {snap_a.get_state('model')!r}"
-        )
+        goal, model = snap_a.get_state("goal"), snap_a.get_state("model")
+        print(f"  reads goal from team: {goal!r}; model from global: {model!r}")
         print(f"  pending tool requests: {list(snap_a.pending_tool_requests)}")
         print(f"bob v{snap_b.version}: {snap_b.message_count} messages")
         print(f"team v{team.version}: counter={team.get('counter')}, outline={team.get('outline')!r}")
