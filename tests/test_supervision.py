@@ -265,7 +265,7 @@ def test_requests_queued_behind_the_failing_one_are_served_after_the_restart(
     first = threading.Thread(target=write, args=(-1,))
     first.start()
     assert entered.wait(5.0)
-    inbox = conv._actor.actor_inbox  # type: ignore[attr-defined]
+    inbox = conv._cell.actor.actor_inbox  # type: ignore[union-attr]
     queued = []
     for i in range(6):
         t = threading.Thread(target=write, args=(i,))

@@ -32,9 +32,10 @@ from victor_actors._reducer import reduce
 from victor_actors._reducer import reset as _reset_step
 from victor_actors._state import ScopeState, StateChanged
 
-__all__ = ["ApplyRequest", "AsyncReply", "ScopeActor", "ScopeCell"]
+__all__ = ["ApplyRequest", "AsyncReply", "ScopeActor", "ScopeCell", "mailbox_depth"]
 
 logger = logging.getLogger("victor_actors")
+_stack_lock = threading.Lock()
 
 
 class ScopeCell:
@@ -46,13 +47,19 @@ class ScopeCell:
     """
 
     __slots__ = (
+        "actor",
+        "busy",
+        "commits",
         "durability",
         "failed_reason",
         "faults",
+        "last_active",
+        "lock",
         "observer",
         "owner",
         "restarts",
         "state",
+        "stopping",
         "subscribers",
     )
 
@@ -67,6 +74,21 @@ class ScopeCell:
         # Called as observer(kind, ref, obj) on the actor's thread: ("received", ref, message) for
         # every message, ("published", ref, event) for every commit. For test recorders; None: off.
         self.observer: Callable[[str, ScopeRef, Any], None] | None = None
+        # The live actor, or None while the scope is passivated. Senders and the passivator take
+        # ``lock`` around reading it and putting a message in its mailbox, so a message never
+        # lands in the mailbox of an actor that is being stopped.
+        self.actor: pykka.ActorRef[Any] | None = None
+        self.lock = threading.Lock()
+        self.stopping: Any = None  # the stop future of the previous actor, until it has exited
+        self.busy = False  # inside a message (a prepared cross-scope part waits in here)
+        self.last_active = time.monotonic()
+        self.commits = 0
+
+
+def mailbox_depth(actor: pykka.ActorRef[Any]) -> int:
+    """Requests waiting in a threading actor's mailbox (a queue.Queue)."""
+    inbox: queue.Queue[Any] = actor.actor_inbox  # type: ignore[assignment]
+    return inbox.qsize()
 
 
 class AsyncReply:
@@ -187,7 +209,27 @@ class ScopeActor(pykka.ThreadingActor):
     def on_start(self) -> None:
         self._cell.owner = threading.current_thread()
 
+    stack_size = 512 * 1024  # scope actors need little stack; thousands of threads add up
+
+    def _start_actor_loop(self) -> None:
+        # threading.stack_size is process-wide: set it only around this thread's start.
+        with _stack_lock:
+            previous = threading.stack_size(self.stack_size)
+            try:
+                super()._start_actor_loop()
+            finally:
+                threading.stack_size(previous)
+
     def on_receive(self, message: Any) -> Any:
+        cell = self._cell
+        cell.busy = True
+        try:
+            return self._dispatch(message)
+        finally:
+            cell.busy = False
+            cell.last_active = time.monotonic()
+
+    def _dispatch(self, message: Any) -> Any:
         observer = self._cell.observer
         if observer is not None:
             observer("received", self._cell.state.ref, message)
@@ -308,6 +350,7 @@ class ScopeActor(pykka.ThreadingActor):
         return err
 
     def _after_publish(self, old: ScopeState, record: StateChanged) -> None:
+        self._cell.commits += 1
         if record.sessions_created and self._sessions is not None:
             self._sessions.adopt_sessions(old.ref, record.sessions_created)
         if self._host is not None:

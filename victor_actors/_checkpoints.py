@@ -202,7 +202,7 @@ class CheckpointsMixin:
         wait = self.request_timeout if timeout is None else timeout
         req = ApplyRequest((), None, time.monotonic() + wait, None, None, target)
         try:
-            record: StateChanged = handle._actor.ask(req, block=True, timeout=wait)
+            record: StateChanged = handle._ask(req, wait)
         except Exception as exc:
             if type(exc).__name__ == "Timeout":
                 raise DeadlineExceededError(f"{handle.ref}: restore got no reply within {wait} s") from None

@@ -42,6 +42,7 @@ from victor_actors._errors import (
     ScopeAccessError,
     ScopeFailedError,
     VersionConflictError,
+    VictorActorsError,
 )
 from victor_actors._model import ScopeRef, StateTransition
 from victor_actors._state import ContextSnapshot, ScopeState, StateChanged
@@ -229,7 +230,10 @@ def apply_across(
             run_id,
         )
         try:
-            participant._actor.tell(req)
+            participant._tell(req, deadline)
+        except VictorActorsError as exc:  # a full mailbox, a closed manager
+            error = exc
+            break
         except Exception:
             error = ScopeFailedError(f"{ref}'s actor is not running; nothing was applied")
             break
@@ -319,7 +323,10 @@ def transact(
         participant = handle if ref == handle.ref else manager.scope(ref)
         work: queue.SimpleQueue[Any] = queue.SimpleQueue()
         try:
-            participant._actor.tell(PrepareRequest(txn, None, (), None, commit_id, now, run_id, work))
+            participant._tell(PrepareRequest(txn, None, (), None, commit_id, now, run_id, work), deadline)
+        except VictorActorsError as exc:
+            error = exc
+            break
         except Exception:
             error = ScopeFailedError(f"{ref}'s actor is not running; nothing was applied")
             break

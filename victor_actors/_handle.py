@@ -9,9 +9,10 @@ from typing import TYPE_CHECKING, Any
 
 import pykka
 
-from victor_actors._actor import ApplyRequest, AsyncReply, ScopeCell
+from victor_actors._actor import ApplyRequest, AsyncReply, ScopeCell, mailbox_depth
 from victor_actors._crossscope import apply_across, split_by_scope, transact
 from victor_actors._errors import (
+    BackpressureError,
     DeadlineExceededError,
     RuntimeClosedError,
     ScopeAccessError,
@@ -80,21 +81,76 @@ class ScopeHandle:
     not applied and raises :class:`DeadlineExceededError`.
     """
 
-    __slots__ = ("_actor", "_ancestor_cells", "_cell", "_manager", "ref")
+    __slots__ = ("_ancestor_cells", "_cell", "_manager", "ref")
 
     def __init__(
         self,
         manager: GlobalStateManager,
         ref: ScopeRef,
         cell: ScopeCell,
-        actor: pykka.ActorRef[Any],
         ancestor_cells: tuple[ScopeCell, ...],
     ) -> None:
         self._manager = manager
         self.ref = ref
         self._cell = cell
-        self._actor = actor
         self._ancestor_cells = ancestor_cells
+
+    # -- the mailbox ---------------------------------------------------------
+
+    def _try_send(self, message: Any, ask: bool) -> tuple[bool, Any]:
+        """Put ``message`` in the live actor's mailbox (activating a passivated scope).
+
+        Returns (False, None) when the mailbox is at its bound.
+        """
+        cell = self._cell
+        manager = self._manager
+        activated = False
+        try:
+            with cell.lock:
+                actor = cell.actor
+                if actor is None:
+                    actor = manager._activate(cell)
+                    activated = True
+                bound = manager.mailbox_size
+                if bound is not None and mailbox_depth(actor) >= bound:
+                    return False, None
+                if ask:
+                    return True, actor.ask(message, block=False)
+                actor.tell(message)
+                return True, None
+        finally:
+            if activated:
+                manager.passivator.after_activation()  # keep the live-actor cap, outside the lock
+
+    def _full(self, deadline: float) -> float:
+        """The mailbox is full: raise, or say how long to wait before trying again."""
+        manager = self._manager
+        if manager.backpressure == "reject":
+            raise BackpressureError(
+                f"{self.ref}'s mailbox holds {manager.mailbox_size} requests; nothing was applied"
+            )
+        if time.monotonic() >= deadline:
+            raise BackpressureError(
+                f"{self.ref}'s mailbox stayed full ({manager.mailbox_size}) until the request's deadline; "
+                "nothing was applied"
+            )
+        return 0.001
+
+    def _tell(self, message: Any, deadline: float | None = None) -> None:
+        end = time.monotonic() + self._manager.request_timeout if deadline is None else deadline
+        while True:
+            sent, _ = self._try_send(message, False)
+            if sent:
+                return
+            time.sleep(self._full(end))
+
+    def _ask(self, message: Any, timeout: float) -> Any:
+        end = time.monotonic() + timeout
+        while True:
+            sent, future = self._try_send(message, True)
+            if sent:
+                return future.get(timeout=max(end - time.monotonic(), 0.0))
+            time.sleep(self._full(end))
 
     def __repr__(self) -> str:
         return f"<ScopeHandle {self.ref} v{self._cell.state.version}>"
@@ -233,7 +289,7 @@ class ScopeHandle:
         if parts is not None:
             return self._ran(apply_across(self, parts, expected_version, req.deadline or 0.0, req.run_id))
         try:
-            record: StateChanged = self._actor.ask(req, block=True, timeout=wait)
+            record: StateChanged = self._ask(req, wait)
         except pykka.Timeout:
             self._unanswered(req)
             raise DeadlineExceededError(
@@ -257,7 +313,11 @@ class ScopeHandle:
             )
             return self._ran(record)
         try:
-            self._actor.tell(req)
+            while True:
+                sent, _ = self._try_send(req, False)
+                if sent:
+                    break
+                await asyncio.sleep(self._full(req.deadline or 0.0))
         except pykka.ActorDeadError:
             raise self._dead() from None
         # A plain timer is cheaper than asyncio.timeout() on this hot path.

@@ -15,13 +15,14 @@ from typing import Any, ClassVar
 
 import pykka
 
-from victor_actors._actor import RestartRequest, ScopeActor, ScopeCell
+from victor_actors._actor import RestartRequest, ScopeActor, ScopeCell, mailbox_depth
 from victor_actors._checkpoints import DURABILITY_MODES, CheckpointsMixin
 from victor_actors._codec import Codec, ScopeRecord
 from victor_actors._errors import RuntimeClosedError, ScopeAccessError
 from victor_actors._events import EventBus, Subscription
 from victor_actors._handle import ScopeHandle
 from victor_actors._model import GLOBAL_REF, ScopeRef, StateScope
+from victor_actors._passivation import Passivator
 from victor_actors._runs import Run, RunContext
 from victor_actors._state import ScopeState, StateChanged
 from victor_actors._store import RecoveryReport, Store
@@ -37,11 +38,10 @@ _manager_ids = itertools.count(1)
 
 
 class _Entry:
-    __slots__ = ("actor", "cell", "handle")
+    __slots__ = ("cell", "handle")
 
-    def __init__(self, cell: ScopeCell, actor: pykka.ActorRef[Any], handle: ScopeHandle) -> None:
+    def __init__(self, cell: ScopeCell, handle: ScopeHandle) -> None:
         self.cell = cell
-        self.actor = actor
         self.handle = handle
 
 
@@ -70,6 +70,10 @@ class GlobalStateManager(CheckpointsMixin):
         checkpoint_every: int = 100,
         keep_checkpoints: int = 3,
         supervision: SupervisionPolicy | None = None,
+        idle_timeout: float | None = None,
+        max_live_actors: int | None = None,
+        mailbox_size: int | None = None,
+        backpressure: str = "wait",
     ) -> None:
         if not request_timeout > 0:
             raise ValueError("request_timeout must be positive")
@@ -77,7 +81,13 @@ class GlobalStateManager(CheckpointsMixin):
             raise ValueError(f"durability must be one of {DURABILITY_MODES}, not {durability!r}")
         if checkpoint_every < 1 or keep_checkpoints < 1:
             raise ValueError("checkpoint_every and keep_checkpoints must be at least 1")
+        if backpressure not in ("wait", "reject"):
+            raise ValueError(f"backpressure must be 'wait' or 'reject', not {backpressure!r}")
+        if mailbox_size is not None and mailbox_size < 1:
+            raise ValueError("mailbox_size must be at least 1 (or None)")
         self.request_timeout = float(request_timeout)
+        self.mailbox_size = mailbox_size
+        self.backpressure = backpressure
         self._store = store
         self.durability = durability if store is not None else "memory"
         self.checkpoint_every = checkpoint_every
@@ -92,6 +102,15 @@ class GlobalStateManager(CheckpointsMixin):
         self.tools = ToolDispatcher(self)
         self._observer: Callable[[str, ScopeRef, Any], None] | None = None
         self._active_runs: dict[str, Run] = {}
+        self.passivator = Passivator(
+            self._spawn,
+            lambda: [e.cell for e in list(self._scopes.values())],
+            self._busy_refs,
+            self._flush_for_passivation,
+            lambda: self._closed,
+            idle_timeout=idle_timeout,
+            max_live_actors=max_live_actors,
+        )
         self.supervisor = Supervisor(
             children=lambda ref: list(self._children.get(ref, ())),
             parent=lambda ref: self._scopes[ref].cell.state.parent if ref in self._scopes else None,
@@ -127,6 +146,10 @@ class GlobalStateManager(CheckpointsMixin):
         map_size: int = 256 * 1024 * 1024,
         request_timeout: float = 5.0,
         supervision: SupervisionPolicy | None = None,
+        idle_timeout: float | None = None,
+        max_live_actors: int | None = None,
+        mailbox_size: int | None = None,
+        backpressure: str = "wait",
     ) -> GlobalStateManager:
         """Open a manager: in memory (``path=None``) or on an LMDB store at ``path``.
 
@@ -140,16 +163,29 @@ class GlobalStateManager(CheckpointsMixin):
         newest ``keep_checkpoints`` are kept with the log from the oldest kept
         one on.
 
+        Scale (see ``docs/scale.md``): ``idle_timeout`` passivates scopes idle
+        that long, ``max_live_actors`` caps live actor threads (least recently
+        used scopes are passivated first), ``mailbox_size`` bounds each
+        scope's mailbox, and past it a request waits until its deadline
+        (``backpressure="wait"``) or is refused at once (``"reject"``) with
+        :class:`BackpressureError`.
+
         Raises:
             StoreLockedError: another live manager owns ``path`` for writing.
             ValueError: an option is out of range; nothing was opened.
         """
+        scale = {
+            "idle_timeout": idle_timeout,
+            "max_live_actors": max_live_actors,
+            "mailbox_size": mailbox_size,
+            "backpressure": backpressure,
+        }
         if durability not in DURABILITY_MODES:
             raise ValueError(f"durability must be one of {DURABILITY_MODES}, not {durability!r}")
         if path is None:
             if read_only:
                 raise ValueError("read_only needs a path")
-            return cls(request_timeout=request_timeout, supervision=supervision)
+            return cls(request_timeout=request_timeout, supervision=supervision, **scale)  # type: ignore[arg-type]
         store = Store(
             path, read_only=read_only, codec=codec, map_size=map_size, flush_interval=flush_interval
         )
@@ -161,6 +197,7 @@ class GlobalStateManager(CheckpointsMixin):
                 checkpoint_every=checkpoint_every,
                 keep_checkpoints=keep_checkpoints,
                 supervision=supervision,
+                **scale,  # type: ignore[arg-type]
             )
         except BaseException:
             store.close()
@@ -196,10 +233,19 @@ class GlobalStateManager(CheckpointsMixin):
             self._closed = True
             entries = list(self._scopes.values())
         self.tools.close()
-        futures = [e.actor.stop(block=False) for e in entries]
+        self.passivator.close()
+        futures = []
+        for e in entries:
+            with e.cell.lock:
+                actor, e.cell.actor = e.cell.actor, None
+            if actor is not None:
+                futures.append(actor.stop(block=False))
+            if e.cell.stopping is not None:
+                futures.append(e.cell.stopping)
+        deadline = time.monotonic() + timeout
         for f in futures:
             try:
-                f.get(timeout=timeout)
+                f.get(timeout=max(deadline - time.monotonic(), 0.0))
             except pykka.Timeout:
                 pass
         self._bus.close(timeout)
@@ -267,12 +313,35 @@ class GlobalStateManager(CheckpointsMixin):
             ancestor_cells = ()
         cell = ScopeCell(state, self.durability)
         cell.observer = self._observer
-        persist = None if self._store is None else self._persister(cell)
-        actor = ScopeActor.start(cell, self._bus, self._commit_prefix, self._commit_counter, persist, self)
-        entry = _Entry(cell, actor, ScopeHandle(self, state.ref, cell, actor, ancestor_cells))
+        cell.actor = self._spawn(cell)
+        entry = _Entry(cell, ScopeHandle(self, state.ref, cell, ancestor_cells))
         self._scopes[state.ref] = entry
         self._children.setdefault(state.parent, []).append(state.ref)
+        self.passivator.started()
         return entry
+
+    def _spawn(self, cell: ScopeCell) -> pykka.ActorRef[Any]:
+        persist = None if self._store is None else self._persister(cell)
+        return ScopeActor.start(cell, self._bus, self._commit_prefix, self._commit_counter, persist, self)
+
+    def _activate(self, cell: ScopeCell) -> pykka.ActorRef[Any]:
+        """Start an actor for a passivated scope (the caller holds ``cell.lock``)."""
+        return self.passivator.activate(cell)
+
+    def _busy_refs(self) -> set[ScopeRef]:
+        """Scopes a run in progress has touched: never passivated until the run ends."""
+        refs: set[ScopeRef] = set()
+        for run in list(self._active_runs.values()):
+            refs.update(run.refs())
+        return refs
+
+    def _flush_for_passivation(self) -> None:
+        if self._store is not None and not self._store.read_only and self.durability == "async":
+            self._store.flush()
+
+    def passivate_idle(self) -> int:
+        """Passivate every scope idle for longer than ``idle_timeout`` now; return how many."""
+        return self.passivator.sweep()
 
     def _restore(self, ref: ScopeRef) -> _Entry | None:
         """Bring a stored scope (and, first, its ancestors) back to life. Holds the lock."""
@@ -468,10 +537,21 @@ class GlobalStateManager(CheckpointsMixin):
         return self.run(session_id, timeout)
 
     def stats(self) -> dict[str, int]:
-        """Counters: live scope actors, scopes known, supervision failures, restarts, escalations."""
+        """Counters: live and passivated scopes, activations, evictions, mailbox depth, commits,
+        supervision failures, restarts and escalations, store commits and transactions."""
         return {
-            "live_actors": sum(1 for e in self._scopes.values() if e.actor.is_alive()),
+            "live_actors": self.passivator.live,
+            "peak_live_actors": self.passivator.peak_live,
             "scopes": len(self._scopes),
+            "passivated_scopes": sum(1 for e in self._scopes.values() if e.cell.actor is None),
+            "activations": self.passivator.activations,
+            "passivations": self.passivator.passivations,
+            "evictions": self.passivator.evictions,
+            "mailbox_depth_max": max(
+                (mailbox_depth(a) for e in self._scopes.values() if (a := e.cell.actor) is not None),
+                default=0,
+            ),
+            "commits": sum(e.cell.commits for e in self._scopes.values()),
             "failures": self.supervisor.failures,
             "restarts": self.supervisor.restarts,
             "escalations": self.supervisor.escalations,
@@ -509,7 +589,7 @@ class GlobalStateManager(CheckpointsMixin):
         """Restart a scope from its last committed state, also one supervision gave up on."""
         handle = self.scope(ref)
         wait = self.request_timeout if timeout is None else timeout
-        handle._actor.ask(RestartRequest("restarted by hand"), block=True, timeout=wait)
+        handle._ask(RestartRequest("restarted by hand"), wait)
 
     def scope_failed(self, ref: ScopeRef, exc: BaseException) -> None:
         self.supervisor.failed(ref, exc)
@@ -545,11 +625,17 @@ class GlobalStateManager(CheckpointsMixin):
         entry = self._scopes.get(ref)
         if entry is None:
             return
-        if threading.current_thread() is entry.cell.owner:
-            self.reload(entry.cell, reason)  # the failed scope itself: before its queued requests
-        else:
+        cell = entry.cell
+        if threading.current_thread() is cell.owner:
+            self.reload(cell, reason)  # the failed scope itself: before its queued requests
+            return
+        with cell.lock:
+            actor = cell.actor
+            if actor is None:  # passivated: no thread to race with, restart it here
+                self.reload(cell, reason)
+                return
             try:
-                entry.actor.tell(RestartRequest(reason))
+                actor.tell(RestartRequest(reason))
             except pykka.ActorDeadError:
                 pass
 

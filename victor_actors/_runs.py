@@ -229,6 +229,11 @@ class Run:
                     self._seen.add(key)
                     self._commits.append(rec)
 
+    def refs(self) -> set[ScopeRef]:
+        """Every scope this run has committed to or sent a request to that may still commit."""
+        with self._lock:
+            return {r.ref for r in self._commits} | self._touched
+
     def touch(self, ref: ScopeRef) -> None:
         """A request to ``ref`` ended without a reply: it may still commit for this run."""
         with self._lock:
@@ -281,7 +286,7 @@ class Run:
             wait = self.manager.request_timeout
             req = ApplyRequest((), None, time.monotonic() + wait, self.id, None, target)
             try:
-                commit: StateChanged = self.manager.scope(ref)._actor.ask(req, block=True, timeout=wait)
+                commit: StateChanged = self.manager.scope(ref)._ask(req, wait)
             except Exception as exc:  # report it and go on with the other scopes
                 results.append(ScopeRollback(ref, conflicts=(f"the rollback of {ref} failed: {exc!r}",)))
                 continue

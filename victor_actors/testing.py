@@ -1,32 +1,81 @@
 """A testing kit for code built on victor_actors, registered as a pytest plugin.
 
+The plugin is active as soon as victor_actors is installed (entry point
+``pytest11``); nothing needs to be imported to use its fixtures.
+
 Fixtures:
 
 - ``state_manager``: a :class:`GlobalStateManager` in memory, closed after the
   test. Mark a test ``@pytest.mark.victor_store`` to get one on an LMDB store
   in a temporary directory instead.
+- ``recorder``: a :class:`Recorder` attached to ``state_manager``: every
+  message each scope's actor received and every commit event it published,
+  per scope, in order.
+
+Assertions (import them from ``victor_actors.testing``), each raising
+``AssertionError`` with a message listing every problem found:
+
+- :func:`assert_isolated`: no message or key of one conversation shows up in
+  another; every message and key a conversation holds came from a request
+  sent to that conversation.
+- :func:`assert_no_partial_batch`: every commit reflects the whole of its
+  request (or of its part of a cross-scope batch), and a cross-scope commit
+  was published by every scope it committed in, or by none.
+- :func:`assert_commit_order`: each scope's events have strictly consecutive
+  versions and no duplicates.
+
+See ``docs/testing.md``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
+from victor_actors._actor import ApplyRequest, RestartRequest
+from victor_actors._crossscope import PrepareRequest
+from victor_actors._handle import ScopeHandle
 from victor_actors._manager import GlobalStateManager
+from victor_actors._model import ScopeRef, StateScope, StateTransition, TransitionType
+from victor_actors._state import ScopeState, StateChanged
+from victor_actors._values import FrozenDict
 
-__all__ = ["state_manager"]
+__all__ = [
+    "Published",
+    "Received",
+    "Recorder",
+    "assert_commit_order",
+    "assert_isolated",
+    "assert_no_partial_batch",
+    "recorder",
+    "state_manager",
+]
+
+ScopeLike = ScopeRef | ScopeHandle | str
+
+# How many problems a failure message lists before it says "and N more".
+_MAX_LISTED = 20
 
 
-def pytest_configure(config: Any) -> None:
+# -- pytest hooks and fixtures ------------------------------------------------------------------
+
+
+def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "victor_store: give the state_manager fixture an LMDB store in a temporary directory"
     )
 
 
 @pytest.fixture
-def state_manager(request: Any, tmp_path_factory: Any) -> Iterator[GlobalStateManager]:
+def state_manager(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[GlobalStateManager]:
     """A manager for one test: in memory, or on LMDB with ``@pytest.mark.victor_store``."""
     durable = request.node.get_closest_marker("victor_store") is not None
     path = tmp_path_factory.mktemp("victor-store") if durable else None
@@ -35,3 +84,835 @@ def state_manager(request: Any, tmp_path_factory: Any) -> Iterator[GlobalStateMa
         yield manager
     finally:
         manager.close()
+
+
+@pytest.fixture
+def recorder(state_manager: GlobalStateManager) -> Iterator[Recorder]:
+    """A :class:`Recorder` attached to ``state_manager`` for the whole test, detached afterwards."""
+    with Recorder(state_manager) as rec:
+        yield rec
+
+
+# -- the recorder -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Received:
+    """One message a scope's actor received, in the order it received them.
+
+    ``kind`` is ``"apply"`` (a batch for this scope alone), ``"reset"`` (a
+    restore or a run rollback: the scope set as a whole), ``"prepare"`` (this
+    scope's part of a cross-scope batch), ``"lock"`` (a ``transact`` lock; its
+    part arrives later, so ``transitions`` is None), ``"restart"`` (from the
+    supervisor) or ``"other"``. ``commit_id`` is the transaction's commit id
+    for ``prepare`` and ``lock``, None otherwise (a single-scope commit gets
+    its id on the actor). ``seq`` orders entries across all scopes.
+    """
+
+    seq: int
+    ref: ScopeRef
+    kind: str
+    message_type: str
+    transitions: tuple[StateTransition, ...] | None
+    run_id: str | None
+    commit_id: str | None
+    message: Any
+
+
+@dataclass(frozen=True, slots=True)
+class Published:
+    """One commit event a scope published, with the request it was handling at the time.
+
+    ``request`` is None when the recorder saw no request before the event
+    (it was attached while the request was being handled).
+    """
+
+    seq: int
+    ref: ScopeRef
+    event: StateChanged
+    request: Received | None
+
+
+Entry = Received | Published
+
+
+class Recorder:
+    """Records, per scope, what each scope's actor received and published.
+
+    ``Recorder(manager)`` attaches at once with ``manager.set_observer``
+    (pass ``attach=False`` to attach later, or never: a detached recorder
+    still records whatever is passed to :meth:`observe`, which is how tests
+    plant data). An observer already set on the manager, such as another
+    recorder, keeps being called. Attach before the workload starts: the
+    recorder takes each existing scope's state as its baseline then, and
+    each later scope's state when it first sees that scope.
+
+    The observer runs on the actors' threads and only appends under a lock,
+    so recording is thread-safe and keeps each scope's order. A commit's
+    event is recorded before ``apply`` returns (cross-scope commits too:
+    the coordinator waits for its participants), so after the workload the
+    records are complete; :meth:`wait_quiet` is there for work the test did
+    not wait for (tool results, subscribers writing back).
+
+    Use it as a context manager to detach on exit.
+    """
+
+    def __init__(self, manager: GlobalStateManager, *, attach: bool = True) -> None:
+        self.manager = manager
+        self._lock = threading.Lock()
+        self._activity = threading.Condition(self._lock)
+        self._seq = 0
+        self._last_activity = time.monotonic()
+        self._entries: list[Entry] = []
+        self._received: dict[ScopeRef, list[Received]] = {}
+        self._published: dict[ScopeRef, list[Published]] = {}
+        self._current: dict[ScopeRef, Received] = {}
+        self._baselines: dict[ScopeRef, ScopeState] = {}
+        self._tracked: dict[str, tuple[ScopeRef, ...]] = {}
+        self._previous: Callable[[str, ScopeRef, Any], None] | None = None
+        self._live = False
+        self._stopped = False
+        if attach:
+            self.attach()
+
+    def __repr__(self) -> str:
+        with self._lock:
+            received = sum(len(v) for v in self._received.values())
+            published = sum(len(v) for v in self._published.values())
+            scopes = len({e.ref for e in self._entries})
+        state = "attached" if self._live else "detached"
+        return f"<Recorder {state}: {scopes} scopes, {received} received, {published} published>"
+
+    def __enter__(self) -> Recorder:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.detach()
+
+    # -- attaching ----------------------------------------------------------
+
+    def attach(self) -> None:
+        """Start observing the manager; take every existing scope's current state as its baseline."""
+        manager = self.manager
+        with manager._lock:
+            if self._live:
+                return
+            previous = manager._observer
+            if previous == self.observe:
+                previous = None
+            self._previous = previous
+            with self._lock:
+                for ref, entry in manager._scopes.items():
+                    self._baselines.setdefault(ref, entry.cell.state)
+            self._live = True
+            self._stopped = False
+            manager.set_observer(self.observe)
+
+    def detach(self) -> None:
+        """Stop recording and give the manager back its previous observer. Idempotent.
+
+        The records stay readable. If another observer was attached on top
+        of this one, it stays, and this recorder only forwards to the one
+        below it.
+        """
+        manager = self.manager
+        with manager._lock:
+            self._stopped = True
+            if not self._live:
+                return
+            self._live = False
+            if manager._observer == self.observe:
+                manager.set_observer(self._previous)
+
+    @property
+    def attached(self) -> bool:
+        return self._live
+
+    def observe(self, kind: str, ref: ScopeRef, obj: Any) -> None:
+        """The observer the manager calls on each actor's thread; tests may call it to plant data.
+
+        ``kind`` is ``"received"`` (``obj`` is the request message) or
+        ``"published"`` (``obj`` is the commit's ``StateChanged``).
+        """
+        if not self._stopped:
+            if kind == "received":
+                self._on_received(ref, obj)
+            elif kind == "published":
+                self._on_published(ref, obj)
+        previous = self._previous
+        if previous is not None:
+            previous(kind, ref, obj)
+
+    def _on_received(self, ref: ScopeRef, message: Any) -> None:
+        cls = message.__class__
+        transitions: tuple[StateTransition, ...] | None = None
+        run_id: str | None = None
+        commit_id: str | None = None
+        if cls is ApplyRequest:
+            kind = "apply" if message.reset_to is None else "reset"
+            transitions, run_id = message.transitions, message.run_id
+        elif cls is PrepareRequest:
+            kind = "prepare" if message.transitions is not None else "lock"
+            transitions, run_id, commit_id = message.transitions, message.run_id, message.commit_id
+        elif cls is RestartRequest:
+            kind = "restart"
+        else:
+            kind = "other"
+        baseline: ScopeState | None = None
+        if self._live and ref not in self._baselines:
+            # On the scope's own thread, before it handles the message: its state right now.
+            entry = self.manager._scopes.get(ref)
+            baseline = None if entry is None else entry.cell.state
+        with self._lock:
+            self._seq += 1
+            item = Received(self._seq, ref, kind, cls.__name__, transitions, run_id, commit_id, message)
+            if baseline is not None:
+                self._baselines.setdefault(ref, baseline)
+            self._entries.append(item)
+            self._received.setdefault(ref, []).append(item)
+            self._current[ref] = item
+            self._last_activity = time.monotonic()
+            self._activity.notify_all()
+
+    def _on_published(self, ref: ScopeRef, event: StateChanged) -> None:
+        with self._lock:
+            self._seq += 1
+            item = Published(self._seq, ref, event, self._current.get(ref))
+            self._entries.append(item)
+            self._published.setdefault(ref, []).append(item)
+            self._last_activity = time.monotonic()
+            self._activity.notify_all()
+
+    # -- reading ------------------------------------------------------------
+
+    def received(self, ref: ScopeLike | None = None) -> list[Received]:
+        """The messages ``ref``'s actor received, in order; every scope's, in order, if None."""
+        with self._lock:
+            if ref is None:
+                return [e for e in self._entries if isinstance(e, Received)]
+            return list(self._received.get(_ref(ref), ()))
+
+    def published(self, ref: ScopeLike | None = None) -> list[StateChanged]:
+        """The events ``ref`` published, in commit order; every scope's, in recording order, if None."""
+        return [p.event for p in self.commits(ref)]
+
+    def commits(self, ref: ScopeLike | None = None) -> list[Published]:
+        """Like :meth:`published`, each event with the request that produced it."""
+        with self._lock:
+            if ref is None:
+                return [e for e in self._entries if isinstance(e, Published)]
+            return list(self._published.get(_ref(ref), ()))
+
+    def entries(self) -> list[Entry]:
+        """Everything recorded, across scopes, in the order it was recorded."""
+        with self._lock:
+            return list(self._entries)
+
+    def scopes(self) -> list[ScopeRef]:
+        """Every scope the recorder saw a message or an event of, in first-seen order."""
+        with self._lock:
+            return list(dict.fromkeys(e.ref for e in self._entries))
+
+    def baseline(self, ref: ScopeLike) -> ScopeState | None:
+        """``ref``'s state when the recorder attached or first saw it; None if it never did."""
+        with self._lock:
+            return self._baselines.get(_ref(ref))
+
+    def track(self, record: StateChanged) -> StateChanged:
+        """Remember the ``involved`` scopes of a record ``apply`` or ``transact`` returned; return it.
+
+        The events the scopes publish do not carry ``involved``; only the
+        record returned to the caller does. For ``apply`` the recorder knows
+        the participants from the prepare messages anyway, but a
+        ``transact``'s parts are invisible to it: ``recorder.track(conv.transact(...))``
+        lets :func:`assert_no_partial_batch` check that every involved
+        scope published the commit.
+        """
+        if record.involved:
+            with self._lock:
+                self._tracked[record.commit_id] = record.involved
+        return record
+
+    def clear(self) -> None:
+        """Forget everything recorded; each live scope's current state becomes its baseline.
+
+        Call it between phases of a test, when no request is in flight.
+        """
+        manager = self.manager
+        with manager._lock, self._lock:
+            self._entries.clear()
+            self._received.clear()
+            self._published.clear()
+            self._current.clear()
+            self._tracked.clear()
+            self._baselines = {ref: entry.cell.state for ref, entry in manager._scopes.items()}
+
+    def wait_quiet(self, quiet: float = 0.05, timeout: float = 5.0) -> bool:
+        """Wait until nothing was recorded for ``quiet`` seconds; False if ``timeout`` passed first."""
+        end = time.monotonic() + timeout
+        with self._lock:
+            while True:
+                now = time.monotonic()
+                idle_until = self._last_activity + quiet
+                if now >= idle_until:
+                    return True
+                if now >= end:
+                    return False
+                self._activity.wait(min(idle_until, end) - now)
+
+    def _snapshot_data(
+        self,
+    ) -> tuple[list[Entry], dict[ScopeRef, ScopeState], dict[str, tuple[ScopeRef, ...]]]:
+        with self._lock:
+            return list(self._entries), dict(self._baselines), dict(self._tracked)
+
+
+# -- helpers --------------------------------------------------------------------------------
+
+
+def _ref(scope: ScopeLike) -> ScopeRef:
+    """A ScopeRef from a ref, a handle, ``"level:id"``, or a bare conversation session id."""
+    if isinstance(scope, ScopeRef):
+        return scope
+    if isinstance(scope, ScopeHandle):
+        return scope.ref
+    if isinstance(scope, str):
+        if ":" in scope:
+            return ScopeRef.parse(scope)
+        return ScopeRef(StateScope.CONVERSATION, scope)
+    raise TypeError(f"expected a ScopeRef, a ScopeHandle or a scope name, not {type(scope).__name__}")
+
+
+def _recorder_of(source: Recorder | GlobalStateManager) -> Recorder | None:
+    if isinstance(source, Recorder):
+        return source
+    if isinstance(source, GlobalStateManager):
+        owner = getattr(source._observer, "__self__", None)
+        return owner if isinstance(owner, Recorder) else None
+    raise TypeError(f"expected a Recorder or a GlobalStateManager, not {type(source).__name__}")
+
+
+def _targets(t: StateTransition, ref: ScopeRef) -> bool:
+    target = t.data.get("scope")
+    return target is None or target == ref.scope.value or target == str(ref)
+
+
+def _messages_of(transitions: Iterable[StateTransition]) -> list[Any]:
+    """The messages these transitions add, as the reducer builds them."""
+    out: list[Any] = []
+    for t in transitions:
+        tt, d = t.transition_type, t.data
+        if tt is TransitionType.ADD_MESSAGE:
+            out.append(d["message"])
+        elif tt is TransitionType.ADD_MESSAGES:
+            out.extend(d["messages"])
+        elif tt is TransitionType.TOOL_RESULT:
+            out.append(
+                FrozenDict._wrap(
+                    {
+                        "role": "tool",
+                        "tool_name": d["tool_name"],
+                        "content": d["result"],
+                        "request_id": d.get("request_id"),
+                        "error": d.get("error"),
+                    }
+                )
+            )
+    return out
+
+
+_ABSENT = object()
+
+
+def _writes_of(transitions: Iterable[StateTransition]) -> dict[str, Any]:
+    """Each key's final value after these transitions (``_ABSENT`` for a delete)."""
+    out: dict[str, Any] = {}
+    for t in transitions:
+        if t.transition_type is TransitionType.UPDATE_STATE:
+            out[t.data["key"]] = t.data["value"]
+        elif t.transition_type is TransitionType.DELETE_STATE:
+            out[t.data["key"]] = _ABSENT
+    return out
+
+
+def _may_be_noop(transitions: Sequence[StateTransition]) -> bool:
+    """True if these transitions can leave a scope unchanged (so it publishes nothing)."""
+    for t in transitions:
+        if t.transition_type is TransitionType.DELETE_STATE:
+            continue
+        if t.transition_type is TransitionType.ADD_MESSAGES and not t.data["messages"]:
+            continue
+        return False
+    return True
+
+
+def _hkey(value: Any) -> Hashable:
+    try:
+        hash(value)
+    except TypeError:
+        return ("<unhashable>", repr(value))
+    return value  # type: ignore[no-any-return]
+
+
+def _short(value: Any, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _fmt_transition(t: StateTransition) -> str:
+    d = t.data
+    tt = t.transition_type
+    at = f" @{d['scope']}" if d.get("scope") is not None else ""
+    if tt is TransitionType.ADD_MESSAGE:
+        body = _short(d["message"], 40)
+    elif tt is TransitionType.UPDATE_STATE:
+        body = f"{d['key']}={_short(d['value'], 30)}"
+    elif tt is TransitionType.DELETE_STATE:
+        body = str(d["key"])
+    elif tt is TransitionType.ADD_MESSAGES:
+        body = f"{len(d['messages'])} messages"
+    else:
+        body = ", ".join(f"{k}={_short(v, 20)}" for k, v in d.items() if k != "scope")
+    return f"{tt.name}({body}{at})"
+
+
+def _fmt_transitions(ts: Sequence[StateTransition] | None) -> str:
+    if ts is None:
+        return "[unknown]"
+    shown = ", ".join(_fmt_transition(t) for t in ts[:6])
+    more = f", ... {len(ts) - 6} more" if len(ts) > 6 else ""
+    return f"[{shown}{more}]"
+
+
+def _fmt_event(e: StateChanged) -> str:
+    return f"{e.commit_id} v{e.old_version}->v{e.new_version}"
+
+
+def _fail(title: str, problems: list[str]) -> None:
+    __tracebackhide__ = True
+    listed = problems[:_MAX_LISTED]
+    lines = [f"{title}: {len(problems)} problem(s)"]
+    lines += [f"  - {p}" for p in listed]
+    if len(problems) > len(listed):
+        lines.append(f"  ... and {len(problems) - len(listed)} more")
+    raise AssertionError("\n".join(lines))
+
+
+def _settled(rec: Recorder | None, compute: Callable[[], list[str]], settle: float) -> list[str]:
+    """Problems now; if any and the recorder is live, again once it has been quiet a moment."""
+    problems = compute()
+    if problems and rec is not None and rec.attached and settle > 0:
+        rec.wait_quiet(timeout=settle)
+        problems = compute()
+    return problems
+
+
+# -- assert_isolated ---------------------------------------------------------------------------
+
+
+def assert_isolated(
+    manager_or_recorder: Recorder | GlobalStateManager, *conversations: ScopeLike, settle: float = 2.0
+) -> None:
+    """Assert that no message or key of one conversation is visible in another.
+
+    ``conversations`` are handles, refs, ``"conversation:id"`` names or bare
+    session ids; none means every conversation the manager holds.
+
+    With a :class:`Recorder` (or a manager one is attached to), for each
+    conversation, read from a fresh snapshot:
+
+    - every message in it arrived in a request sent to that conversation
+      and committed there (or was there when the recorder first saw it):
+      counted, so a message sent once and shown twice is a leak too;
+    - every key in its own state (not its ancestors') holds its baseline
+      value or a value that a committed request sent to that conversation
+      wrote to it.
+
+    The failure message lists each offending message (with its position)
+    or key and value, and the scopes it was actually sent or written to
+    ("it was sent only to conversation:a"), or says that no recorded
+    request carried it at all.
+
+    Without a recorder there is no record of who sent what, so the check
+    is by value: no message and no (key, value) pair of one listed
+    conversation may appear in another. Conversations that legitimately
+    hold identical messages need a recorder.
+    """
+    __tracebackhide__ = True
+    rec = _recorder_of(manager_or_recorder)
+    manager = rec.manager if rec is not None else manager_or_recorder
+    assert isinstance(manager, GlobalStateManager)
+    refs = [_ref(c) for c in conversations] or [
+        r for r in manager.scopes() if r.scope is StateScope.CONVERSATION
+    ]
+    if rec is None:
+        problems = _isolation_by_value(manager, refs)
+        if problems:
+            _fail("conversations are not isolated (compared by value: no recorder is attached)", problems)
+        return
+    problems = _settled(rec, lambda: _isolation_problems(rec, refs), settle)
+    if problems:
+        _fail("conversations are not isolated", problems)
+
+
+def _isolation_problems(rec: Recorder, refs: list[ScopeRef]) -> list[str]:
+    entries, baselines, _tracked = rec._snapshot_data()
+    committed_msgs: dict[ScopeRef, Counter[Hashable]] = {}
+    committed_writes: dict[ScopeRef, dict[str, list[Any]]] = {}
+    sent_to: dict[Hashable, set[ScopeRef]] = {}
+    written_to: dict[str, set[ScopeRef]] = {}
+    seen: set[ScopeRef] = set()
+
+    def note_sent(ref: ScopeRef, transitions: Iterable[StateTransition]) -> None:
+        own = [t for t in transitions if _targets(t, ref)]
+        for m in _messages_of(own):
+            sent_to.setdefault(_hkey(m), set()).add(ref)
+        for key in _writes_of(own):
+            written_to.setdefault(key, set()).add(ref)
+
+    for e in entries:
+        seen.add(e.ref)
+        if isinstance(e, Received):
+            if e.transitions is not None and e.kind in ("apply", "prepare"):
+                note_sent(e.ref, e.transitions)
+            continue
+        req = e.request
+        if req is None or req.ref != e.ref:
+            continue
+        if req.kind in ("apply", "prepare") and req.transitions is not None:
+            transitions = req.transitions
+        elif req.kind == "lock":  # the part came after the lock; the event is the only record of it
+            transitions = e.event.transitions
+            note_sent(e.ref, transitions)
+        else:  # a reset restores earlier content of this scope: nothing new to allow
+            continue
+        own = [t for t in transitions if _targets(t, e.ref)]
+        committed_msgs.setdefault(e.ref, Counter()).update(_hkey(m) for m in _messages_of(own))
+        writes = committed_writes.setdefault(e.ref, {})
+        for key, value in _writes_of(own).items():
+            if value is not _ABSENT:
+                writes.setdefault(key, []).append(value)
+
+    def elsewhere(found: set[ScopeRef] | None, ref: ScopeRef, verb: str) -> str:
+        others = sorted(str(r) for r in (found or set()) if r != ref)
+        if others:
+            return f"it was {verb} only to {', '.join(others)}"
+        if found and ref in found:
+            return f"a request {verb} to it carried it but did not commit"
+        return f"no recorded request {verb} it anywhere"
+
+    problems: list[str] = []
+    for ref in refs:
+        snap = rec.manager.scope(ref).snapshot()
+        base = baselines.get(ref)
+        if base is None and ref not in seen and snap.version > 0:
+            problems.append(
+                f"{ref} is at version {snap.version} but the recorder never saw it start "
+                "(created from a fork or a store after the recorder attached?): nothing to check it against"
+            )
+            continue
+        allowed: Counter[Hashable] = Counter()
+        if base is not None:
+            allowed.update(_hkey(m) for m in base.messages)
+        allowed.update(committed_msgs.get(ref, Counter()))
+        for index, message in enumerate(snap.messages):
+            mkey = _hkey(message)
+            if allowed[mkey] > 0:
+                allowed[mkey] -= 1
+                continue
+            problems.append(
+                f"{ref} holds message {_short(message)} at index {index}, which no request sent to "
+                f"{ref} carried (or not that many times); {elsewhere(sent_to.get(mkey), ref, 'sent')}"
+            )
+        writes = committed_writes.get(ref, {})
+        for key, value in snap.state.items():
+            if base is not None and key in base.values and base.values[key] == value:
+                continue
+            if any(v == value for v in writes.get(key, ())):
+                continue
+            problems.append(
+                f"{ref} holds key {key!r} = {_short(value, 60)}, which no request sent to {ref} wrote; "
+                f"{elsewhere(written_to.get(key), ref, 'written')}"
+            )
+    return problems
+
+
+def _isolation_by_value(manager: GlobalStateManager, refs: list[ScopeRef]) -> list[str]:
+    snaps = {ref: manager.scope(ref).snapshot() for ref in refs}
+    problems: list[str] = []
+    first_holder: dict[Hashable, ScopeRef] = {}
+    pair_holder: dict[tuple[str, Hashable], ScopeRef] = {}
+    for ref, snap in snaps.items():
+        for index, message in enumerate(snap.messages):
+            key = _hkey(message)
+            holder = first_holder.setdefault(key, ref)
+            if holder != ref:
+                problems.append(f"{ref} holds message {_short(message)} at index {index}, as {holder} does")
+        for k, value in snap.state.items():
+            pair = (k, _hkey(value))
+            holder = pair_holder.setdefault(pair, ref)
+            if holder != ref:
+                problems.append(f"{ref} holds key {k!r} = {_short(value, 60)}, as {holder} does")
+    return problems
+
+
+# -- assert_no_partial_batch ----------------------------------------------------------------------
+
+
+def assert_no_partial_batch(manager_or_recorder: Recorder | GlobalStateManager, settle: float = 2.0) -> None:
+    """Assert that every commit the recorder saw reflects the whole of its request.
+
+    For each published event, against the request the scope was handling:
+
+    - the event's transitions equal the request's (for a single-scope batch)
+      or the scope's part of it (for a cross-scope batch); for a
+      ``transact`` lock, whose part the recorder cannot see, every
+      transition targets the scope;
+    - the event shows every message those transitions add, each key they
+      set with its final value, and their last stage;
+    - a cross-scope event carries its transaction's commit id.
+
+    For each cross-scope transaction (the prepare messages sharing a commit
+    id):
+
+    - if it committed, every participant whose part changes something
+      published it, and so did every scope in its ``involved`` (known from
+      events, or from records passed to :meth:`Recorder.track`);
+    - if it aborted, nobody published it;
+    - only participants published it, each once.
+
+    The failure message lists each problem with the commit id, the scopes
+    that did and did not publish it, and the transitions involved (what the
+    request had, what the event shows).
+    """
+    __tracebackhide__ = True
+    rec = _recorder_of(manager_or_recorder)
+    if rec is None:
+        raise TypeError("assert_no_partial_batch needs a Recorder, or a manager with one attached")
+    problems = _settled(rec, lambda: _partial_problems(rec), settle)
+    if problems:
+        _fail("partial or inconsistent commits", problems)
+
+
+def _reflection_problems(p: Published, transitions: Sequence[StateTransition]) -> list[str]:
+    """Does the event show everything ``transitions`` do?"""
+    e = p.event
+    out: list[str] = []
+    expected_msgs = _messages_of(transitions)
+    if tuple(e.added_messages) != tuple(expected_msgs):
+        out.append(
+            f"{p.ref} commit {_fmt_event(e)} added {len(e.added_messages)} message(s) "
+            f"{_short(tuple(e.added_messages), 120)} but its transitions add {len(expected_msgs)}: "
+            f"{_short(tuple(expected_msgs), 120)}"
+        )
+    changes = {c.key: c for c in e.changes}
+    for key, value in _writes_of(transitions).items():
+        change = changes.get(key)
+        if value is _ABSENT:
+            if change is not None and change.new_present:
+                out.append(f"{p.ref} commit {_fmt_event(e)} should delete {key!r} but shows it set")
+        elif change is None or not change.new_present or change.new_value != value:
+            shown = "no change" if change is None else f"{_short(change.new_value, 40)}"
+            out.append(
+                f"{p.ref} commit {_fmt_event(e)} should set {key!r} = {_short(value, 40)} but shows {shown}"
+            )
+    stages = [t.data["stage"] for t in transitions if t.transition_type is TransitionType.UPDATE_STAGE]
+    if stages and e.new_stage != stages[-1]:
+        out.append(
+            f"{p.ref} commit {_fmt_event(e)} should move to stage {stages[-1]!r}, shows {e.new_stage!r}"
+        )
+    return out
+
+
+def _partial_problems(rec: Recorder) -> list[str]:
+    entries, _baselines, tracked = rec._snapshot_data()
+    problems: list[str] = []
+    prepares: dict[str, list[Received]] = {}
+    publishers: dict[str, list[Published]] = {}
+    for e in entries:
+        if isinstance(e, Received):
+            if e.kind in ("prepare", "lock") and e.commit_id is not None:
+                prepares.setdefault(e.commit_id, []).append(e)
+            continue
+        publishers.setdefault(e.event.commit_id, []).append(e)
+        event, req = e.event, e.request
+        if event.ref != e.ref:
+            problems.append(f"{e.ref} published an event of {event.ref} ({_fmt_event(event)})")
+        if req is None:
+            continue
+        if req.kind in ("prepare", "lock") and req.commit_id != event.commit_id:
+            problems.append(
+                f"{e.ref} published commit {_fmt_event(event)} while handling transaction {req.commit_id}"
+            )
+        if req.kind in ("apply", "prepare"):
+            wanted = req.transitions or ()
+            if event.transitions != wanted:
+                lacking = [t for t in wanted if t not in event.transitions]
+                extra = [t for t in event.transitions if t not in wanted]
+                what = "its request" if req.kind == "apply" else f"its part of transaction {req.commit_id}"
+                problems.append(
+                    f"{e.ref} commit {_fmt_event(event)} applied {len(event.transitions)} of the "
+                    f"{len(wanted)} transitions of {what}: missing {_fmt_transitions(lacking)}, "
+                    f"extra {_fmt_transitions(extra)}"
+                )
+                continue
+            problems.extend(_reflection_problems(e, event.transitions))
+        elif req.kind == "lock":
+            stray = [t for t in event.transitions if not _targets(t, e.ref)]
+            if stray:
+                problems.append(
+                    f"{e.ref} commit {_fmt_event(event)} carries transitions for other scopes: "
+                    f"{_fmt_transitions(stray)}"
+                )
+            problems.extend(_reflection_problems(e, event.transitions))
+        elif req.kind == "reset" and not event.reset:
+            problems.append(f"{e.ref} commit {_fmt_event(event)} answered a reset but is not marked reset")
+
+    for commit_id, pubs in publishers.items():
+        refs = [p.ref for p in pubs]
+        for ref, count in Counter(refs).items():
+            if count > 1:
+                problems.append(f"{ref} published commit {commit_id} {count} times")
+        if commit_id not in prepares and len(set(refs)) > 1:
+            names = ", ".join(sorted({str(r) for r in refs}))
+            problems.append(f"commit {commit_id} was published by {names}, but no transaction prepared it")
+
+    for commit_id, reqs in prepares.items():
+        participants = {r.ref: r for r in reqs}
+        pubs = publishers.get(commit_id, [])
+        published_by = {p.ref for p in pubs}
+        outcome = getattr(getattr(reqs[0].message, "txn", None), "state", None)
+        if outcome not in ("committed", "aborted"):  # planted data, or still deciding
+            outcome = "committed" if pubs else "unknown"
+        stray = published_by - set(participants)
+        if stray:
+            problems.append(
+                f"commit {commit_id} was published by {', '.join(sorted(map(str, stray)))}, "
+                "which did not take part in its transaction"
+            )
+        if outcome == "aborted":
+            if pubs:
+                problems.append(
+                    f"transaction {commit_id} aborted but {', '.join(sorted(map(str, published_by)))} "
+                    "published it"
+                )
+            continue
+        if outcome != "committed":
+            continue
+        required = {
+            ref
+            for ref, r in participants.items()
+            if r.kind == "prepare" and not _may_be_noop(r.transitions or ())
+        }
+        for p in pubs:
+            required.update(p.event.involved)
+        required.update(tracked.get(commit_id, ()))
+        missing = required - published_by
+        if missing:
+            parts = "; ".join(
+                f"{r}: "
+                + (_fmt_transitions(participants[r].transitions) if r in participants else "no prepare")
+                for r in sorted(missing, key=str)
+            )
+            problems.append(
+                f"partial batch: commit {commit_id} was published by "
+                f"{', '.join(sorted(map(str, published_by))) or 'nobody'} but not by "
+                f"{', '.join(sorted(map(str, missing)))} (their parts: {parts})"
+            )
+    return problems
+
+
+# -- assert_commit_order ------------------------------------------------------------------------
+
+
+def assert_commit_order(
+    recorder_or_events: Recorder | GlobalStateManager | Iterable[StateChanged],
+    ref: ScopeLike | None = None,
+    settle: float = 2.0,
+) -> None:
+    """Assert that each scope's events come in commit order.
+
+    Takes a :class:`Recorder` (or a manager with one attached), or any
+    iterable of ``StateChanged`` events, such as those a subscriber
+    collected; with ``ref``, only that scope's events are checked. Per
+    scope:
+
+    - each event's ``new_version`` is its ``old_version`` plus one;
+    - each event's ``old_version`` is the previous event's ``new_version``
+      (no gap, nothing out of order);
+    - no commit id and no version appears twice;
+    - with a recorder, the first event starts at the version the scope had
+      when the recorder first saw it.
+
+    The failure message names the scope and the position of the offending
+    event, what it expected, and the run of versions around it
+    (``commit-id vOLD->vNEW``).
+    """
+    __tracebackhide__ = True
+    wanted = None if ref is None else _ref(ref)
+    rec: Recorder | None = None
+    if isinstance(recorder_or_events, (Recorder, GlobalStateManager)):
+        rec = _recorder_of(recorder_or_events)
+        if rec is None:
+            raise TypeError("assert_commit_order needs a Recorder, a manager with one attached, or events")
+        recorder = rec
+
+        def compute() -> list[str]:
+            entries, baselines, _tracked = recorder._snapshot_data()
+            events = [e.event for e in entries if isinstance(e, Published)]
+            bases = {r: s.version for r, s in baselines.items()}
+            return _order_problems(events, wanted, bases)
+
+        problems = _settled(rec, compute, settle)
+    else:
+        problems = _order_problems(list(recorder_or_events), wanted, {})
+    if problems:
+        _fail("events out of commit order", problems)
+
+
+def _order_problems(
+    events: list[StateChanged], wanted: ScopeRef | None, bases: dict[ScopeRef, int]
+) -> list[str]:
+    by_scope: dict[ScopeRef, list[StateChanged]] = {}
+    for e in events:
+        if not isinstance(e, StateChanged):
+            raise TypeError(f"expected StateChanged events, got {type(e).__name__}")
+        if wanted is None or e.ref == wanted:
+            by_scope.setdefault(e.ref, []).append(e)
+    problems: list[str] = []
+    for ref, seq in by_scope.items():
+
+        def around(i: int, seq: list[StateChanged] = seq) -> str:
+            lo, hi = max(i - 3, 0), min(i + 3, len(seq))
+            shown = ", ".join(("*" if j == i else "") + _fmt_event(seq[j]) for j in range(lo, hi))
+            return f"[{'... ' if lo else ''}{shown}{' ...' if hi < len(seq) else ''}]"
+
+        seen_ids: dict[str, int] = {}
+        seen_versions: dict[int, int] = {}
+        for i, e in enumerate(seq):
+            where = f"{ref}: event {i + 1} of {len(seq)} ({_fmt_event(e)})"
+            if e.new_version != e.old_version + 1:
+                problems.append(f"{where} does not advance the version by one; events {around(i)}")
+            if i == 0:
+                base = bases.get(ref)
+                if base is not None and e.old_version != base:
+                    problems.append(
+                        f"{where} starts from v{e.old_version}, but the scope was at v{base} "
+                        f"when the recorder first saw it; events {around(i)}"
+                    )
+            else:
+                prev = seq[i - 1]
+                if e.old_version != prev.new_version:
+                    problems.append(
+                        f"{where} starts from v{e.old_version}, but the previous event ended at "
+                        f"v{prev.new_version}; events {around(i)}"
+                    )
+            if e.commit_id in seen_ids:
+                problems.append(f"{where} repeats the commit id of event {seen_ids[e.commit_id] + 1}")
+            elif e.new_version in seen_versions:
+                problems.append(
+                    f"{where} repeats version v{e.new_version} of event {seen_versions[e.new_version] + 1}"
+                )
+            seen_ids.setdefault(e.commit_id, i)
+            seen_versions.setdefault(e.new_version, i)
+    return problems
