@@ -194,7 +194,7 @@ def test_a_closed_scope_takes_no_batches(
 
 
 def test_an_empty_batch_on_a_closed_scope_is_refused_too(manager: GlobalStateManager) -> None:
-    """The reducer returns its no-op before it checks ``closed``, so an empty batch "succeeds"."""
+    """Empty batches too: a closed scope answers every batch with ScopeClosedError, not with a no-op."""
     _, conv = _closed_conversation(manager)
     with pytest.raises(ScopeClosedError):
         conv.apply(TransitionBatch())
@@ -261,3 +261,18 @@ def test_a_closed_scope_can_be_checkpointed_and_stays_closed_after_a_reopen(tmp_
         with pytest.raises(ScopeClosedError):
             conv2.add_message("after the reopen")
         assert manager.save_checkpoint(conv2.ref) == "conversation:c@2"
+
+
+def test_restoring_a_closed_scope_to_before_the_close_reopens_it(tmp_path: Path) -> None:
+    """reset()'s docstring: "It also applies to a closed scope: restoring or rolling back is how a close
+    is undone". (docs/orchestrators.md says the opposite: "Restoring a closed scope is refused".)"""
+    with GlobalStateManager.open(tmp_path) as manager:
+        conv = manager.get_conversation_state("c")
+        conv.set("k", 1)
+        cid = manager.save_checkpoint(conv.ref)
+        conv.apply(TransitionBatch().close_session())
+        commit = manager.restore(conv.ref, cid)
+        assert commit.reset and commit.version == 3
+        snap = conv.snapshot()
+        assert not snap.is_closed and snap.get_state("k") == 1
+        assert conv.set("k", 2).version == 4

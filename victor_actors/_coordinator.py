@@ -3,8 +3,9 @@
 A coordinator is a pure decision: it reads an immutable snapshot and returns
 a :class:`CoordinatorResult` (transitions plus why, and what to do next). The
 runner takes the snapshot, calls the coordinator, and applies its transitions
-with ``expected_version`` set to every version the snapshot saw; if another
-writer got there first (:class:`VersionConflictError`) it takes a fresh
+with ``expected_version`` set to the snapshot's versions of the scopes the
+batch writes (of every scope the snapshot saw, with ``validate_reads=True``);
+if another writer got there first (:class:`VersionConflictError`) it takes a fresh
 snapshot and asks the coordinator again, a bounded number of times. Then it
 stops on ``should_continue=False``, follows ``handoff_to`` to the coordinator
 registered under that name, or stops when there is nowhere to hand off to.

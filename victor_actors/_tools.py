@@ -115,12 +115,22 @@ class ToolDispatcher:
                 self._unhandled.pop(key, None)
                 if key in self._inflight:
                     continue
+                if redelivery and not self._still_pending(ref, request["request_id"]):
+                    continue  # answered between the caller's read and now: never run it twice
                 self._inflight.add(key)
                 self.dispatched += 1
                 if redelivery:
                     self.redelivered += 1
             call = ToolCall(request["request_id"], name, thaw(request["arguments"]), ref, redelivery, run_id)
             self._executor().submit(self._run, tool, call)
+
+    def _still_pending(self, ref: ScopeRef, request_id: str) -> bool:
+        # A result is published before its request leaves _inflight, so under our lock a
+        # request that is neither in flight nor pending in the scope's current state is done.
+        try:
+            return request_id in self._manager.scope(ref)._cell.state.pending_tools
+        except VictorActorsError:
+            return False
 
     def _executor(self) -> ThreadPoolExecutor:
         with self._lock:
