@@ -784,10 +784,10 @@ def _partial_problems(rec: Recorder) -> list[str]:
         outcome = getattr(getattr(reqs[0].message, "txn", None), "state", None)
         if outcome not in ("committed", "aborted"):  # planted data, or still deciding
             outcome = "committed" if pubs else "unknown"
-        stray = published_by - set(participants)
-        if stray:
+        outsiders = published_by - set(participants)
+        if outsiders:
             problems.append(
-                f"commit {commit_id} was published by {', '.join(sorted(map(str, stray)))}, "
+                f"commit {commit_id} was published by {', '.join(sorted(map(str, outsiders)))}, "
                 "which did not take part in its transaction"
             )
         if outcome == "aborted":
