@@ -184,7 +184,8 @@ def _access(ref: ScopeRef, index: int, t: StateTransition, target: str) -> Scope
     return err
 
 
-def _expected_for(expected: Any, ref: ScopeRef, applying: ScopeRef) -> int | None:
+def expected_for(expected: Any, ref: ScopeRef, applying: ScopeRef) -> int | None:
+    """The version ``expected`` (an int for the applying scope, or a mapping) names for ``ref``."""
     if expected is None or isinstance(expected, int):
         return expected if ref == applying else None
     for key in (ref, str(ref), ref.scope, ref.scope.value):
@@ -213,7 +214,7 @@ def apply_across(
     participants = {ref: handle if ref == handle.ref else manager.scope(ref) for ref in order}
     for ref, participant in participants.items():
         # Fail fast, before locking anything, when a version is already known to be stale.
-        expected = _expected_for(expected_version, ref, handle.ref)
+        expected = expected_for(expected_version, ref, handle.ref)
         current = participant._cell.state.version
         if expected is not None and expected != current:
             raise VersionConflictError(ref, expected, current)
@@ -224,7 +225,7 @@ def apply_across(
             txn,
             tuple(transitions),
             tuple(indices),
-            _expected_for(expected_version, ref, handle.ref),
+            expected_for(expected_version, ref, handle.ref),
             commit_id,
             now,
             run_id,

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import pykka
 
 from victor_actors._actor import ApplyRequest, AsyncReply, ScopeCell, mailbox_depth
-from victor_actors._crossscope import apply_across, split_by_scope, transact
+from victor_actors._crossscope import apply_across, expected_for, split_by_scope, transact
 from victor_actors._errors import (
     BackpressureError,
     DeadlineExceededError,
@@ -40,13 +40,6 @@ __all__ = ["BatchLike", "ScopeHandle"]
 BatchLike = TransitionBatch | StateTransition | CoordinatorResult | Iterable[StateTransition]
 Expected = int | Mapping[Any, int] | None
 Parts = dict[ScopeRef, tuple[list[StateTransition], list[int]]] | None
-
-
-def _own_expected(ref: ScopeRef, expected: Mapping[Any, int]) -> int | None:
-    for key in (ref, str(ref), ref.scope, ref.scope.value):
-        if key in expected:
-            return int(expected[key])
-    return None
 
 
 def _transitions(batch: BatchLike) -> tuple[StateTransition, ...]:
@@ -204,7 +197,7 @@ class ScopeHandle:
         if expected_version is not None and not isinstance(expected_version, int):
             parts = self._checked_scopes(expected_version, transitions, parts)
             if parts is None:
-                expected_version = _own_expected(self.ref, expected_version)
+                expected_version = expected_for(expected_version, self.ref, self.ref)
         wait = manager.request_timeout if timeout is None else timeout
         run = CURRENT_RUN.get()
         deadline = time.monotonic() + wait
