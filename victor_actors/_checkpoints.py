@@ -12,6 +12,8 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
+import attrs
+
 from victor_actors._actor import ApplyRequest, Persist, ScopeCell
 from victor_actors._codec import CheckpointRecord, CommitRecord, ScopeRecord
 from victor_actors._errors import (
@@ -234,18 +236,7 @@ class CheckpointsMixin:
             if new_ref in self.scopes():  # type: ignore[attr-defined]
                 raise ScopeAccessError(f"cannot fork to {new_ref}: it already exists; nothing was written")
             lineage = source._cell.state.lineage
-            state = ScopeState(
-                ref=new_ref,
-                lineage=lineage,
-                version=target.version,
-                values=target.values,
-                messages=target.messages,
-                capabilities=target.capabilities,
-                stage=target.stage,
-                closed=target.closed,
-                pending_tools=target.pending_tools,
-                sessions=target.sessions,
-            )
+            state = attrs.evolve(target, ref=new_ref, lineage=lineage)  # the contents, renamed
             now = time.time()
             store.submit(
                 [

@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import attrs
+
 from victor_actors._errors import (
     ScopeAccessError,
     ScopeClosedError,
@@ -298,18 +300,7 @@ def reset(
     for key in target.capabilities:
         old_caps.setdefault(key, _ABSENT)
     cap_changes = tuple(c for c in _changes(old_caps, target.capabilities) if _differs(c))
-    new_state = ScopeState(
-        ref=state.ref,
-        lineage=state.lineage,
-        version=new_version,
-        values=target.values,
-        messages=target.messages,
-        capabilities=target.capabilities,
-        stage=target.stage,
-        closed=target.closed,
-        pending_tools=target.pending_tools,
-        sessions=target.sessions,
-    )
+    new_state = attrs.evolve(target, ref=state.ref, lineage=state.lineage, version=new_version)
     record = StateChanged(
         ref=state.ref,
         commit_id=commit_id,
