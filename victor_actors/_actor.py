@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
+import attrs
 import pykka
 
 from victor_actors._context import RUN_ID
@@ -318,7 +319,7 @@ class ScopeActor(pykka.ThreadingActor):
         outcome = txn.wait_outcome()  # this scope takes nothing else until the batch is decided
         try:
             if outcome == "committed" and new_state is not state:
-                self._after_publish(state, record)
+                self._after_publish(state, attrs.evolve(record, involved=txn.involved))
             elif created and self._sessions is not None:
                 self._sessions.release_sessions(created)
         finally:

@@ -66,6 +66,7 @@ class CrossTxn:
         self.decided = threading.Condition(self.lock)
         self.state = _PENDING
         self.done_count = 0
+        self.involved: tuple[ScopeRef, ...] = ()  # set by the coordinator before it commits
         self.votes: queue.SimpleQueue[tuple[bool, Any]] = queue.SimpleQueue()
 
     def claim(self) -> bool:
@@ -274,6 +275,8 @@ def _decide(
     except BaseException:
         txn.finish(_ABORTED)
         raise
+    involved = tuple(v.handle.ref for v in votes if v.new is not v.old)
+    txn.involved = involved  # every scope's event names them all
     try:
         with manager._publish_lock:
             for v in votes:
@@ -282,7 +285,6 @@ def _decide(
         txn.finish(_COMMITTED)
     txn.wait_participants(len(votes), _GRACE + 4.0)
     mine = next(v.record for v in votes if v.handle is handle)
-    involved = tuple(v.handle.ref for v in votes if v.new is not v.old)
     related = tuple(v.record for v in votes if v.handle is not handle and v.new is not v.old)
     return attrs.evolve(mine, involved=involved, related=related)
 
