@@ -188,7 +188,8 @@ def test_recorder_records_each_scope_in_order(state_manager: GlobalStateManager,
     assert received[3].run_id == run.id
     assert [r.kind for r in recorder.received("team:t")] == ["prepare", "lock"]
 
-    assert recorder.published(conv) == [single, attrs.evolve(cross, related=()), in_run]  # events name all scopes
+    # events name every involved scope; only the returned record carries the others as related
+    assert recorder.published(conv) == [single, attrs.evolve(cross, related=()), in_run]
     assert [p.request for p in recorder.commits(conv)] == [received[0], received[1], received[3]]
     team_events = recorder.published(TEAM)
     assert [e.commit_id for e in team_events] == [cross.commit_id, locked.commit_id]
