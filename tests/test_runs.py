@@ -673,3 +673,20 @@ def test_run_ids_never_leak_between_concurrent_runs(manager: GlobalStateManager)
     assert current_run_id() is None
     for sub in subscribed:
         sub.close()
+
+
+def test_a_key_written_twice_around_another_writer_is_left_and_reported(manager: GlobalStateManager) -> None:
+    """Undoing by value alone would put the counter back to 5 and erase the other writer's +1."""
+    team = manager.get_team_state("t")
+    team.set("counter", 5)
+    with pytest.raises(RuntimeError) as info:
+        with manager.run("r", timeout=10):
+            team.set("counter", 6)  # the run: 5 -> 6
+            other = threading.Thread(target=lambda: team.set("counter", 7))  # someone else: 6 -> 7
+            other.start()
+            other.join()
+            team.set("counter", 8)  # the run again: 7 -> 8
+            raise RuntimeError("the agent failed")
+    report = info.value.rollback_report  # type: ignore[attr-defined]
+    assert team.get("counter") == 8  # left as it is: no value would undo only the run's share
+    assert any("between the run's writes" in c for c in report.conflicts)

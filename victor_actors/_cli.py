@@ -29,6 +29,8 @@ from victor_actors._errors import (
 )
 from victor_actors._manager import GlobalStateManager
 from victor_actors._model import ScopeRef, StateScope, TransitionType
+from victor_actors._simulate import add_parser as _add_simulate
+from victor_actors._simulate import run_command as _simulate
 from victor_actors._state import ContextSnapshot
 from victor_actors._store import Store
 from victor_actors._values import thaw
@@ -339,6 +341,7 @@ def _parser() -> argparse.ArgumentParser:
     export = command("export", _export, "state, checkpoints and commit log as JSON", "SCOPE?")
     export.add_argument("--json", action="store_true", help="JSON output (the only format; the default)")
     export.add_argument("--output", "-o", metavar="FILE", help="write to FILE instead of stdout")
+    _add_simulate(sub)
     return parser
 
 
@@ -348,6 +351,8 @@ def main(argv: list[str] | None = None) -> int:
         args = _parser().parse_args(argv)
     except SystemExit as exc:  # --help, --version, usage errors
         return exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 2
+    if args.command == "simulate":  # writes its own store: not a read-only view
+        return _simulate(args)
     run: Command = args.run
     try:
         with GlobalStateManager.open(args.path, read_only=True) as manager:

@@ -301,8 +301,10 @@ class ScopeHandle:
         future: asyncio.Future[StateChanged] = loop.create_future()
         req, wait, parts = self._request(batch, expected_version, timeout, AsyncReply(loop, future))
         if parts is not None:  # the coordinator blocks on votes: run it off the loop
+            run = CURRENT_RUN.get()
+            call = _tracked(run, parts, apply_across)
             record = await asyncio.to_thread(
-                apply_across, self, parts, expected_version, req.deadline or 0.0, req.run_id
+                call, self, parts, expected_version, req.deadline or 0.0, req.run_id
             )
             return self._ran(record)
         try:
@@ -317,8 +319,8 @@ class ScopeHandle:
         timer = loop.call_later(wait, _expire, future, self.ref, wait)
         try:
             record = await future
-        except DeadlineExceededError:
-            self._unanswered(req)
+        except (DeadlineExceededError, asyncio.CancelledError):
+            self._unanswered(req)  # it may still commit: a run must look here when it rolls back
             raise
         finally:
             timer.cancel()
@@ -367,7 +369,9 @@ class ScopeHandle:
     ) -> StateChanged:
         """The asyncio twin of :meth:`transact` (``fn`` runs on a worker thread)."""
         # to_thread carries the context (the current run) into the worker thread
-        return await asyncio.to_thread(self.transact, fn, lock=lock, timeout=timeout)
+        run = CURRENT_RUN.get()
+        call = _tracked(run, self._lock_refs(lock), self.transact)
+        return await asyncio.to_thread(call, fn, lock=lock, timeout=timeout)
 
     def _lock_refs(self, lock: Iterable[ScopeRef | StateScope | str] | None) -> tuple[ScopeRef, ...]:
         lineage = self._cell.state.lineage
@@ -437,6 +441,23 @@ class ScopeHandle:
         if not callable(callback):
             raise TypeError("subscribe takes a callable")
         return self._manager._subscribe(self._cell, self.ref, callback)
+
+
+def _tracked(
+    run: Any, refs: Iterable[ScopeRef], fn: Callable[..., StateChanged]
+) -> Callable[..., StateChanged]:
+    """``fn`` for a worker thread: a run waits for it before rolling back, even if its caller is cancelled."""
+    if run is None:
+        return fn
+    run.begin(refs)
+
+    def call(*args: Any, **kwargs: Any) -> StateChanged:
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            run.end()
+
+    return call
 
 
 def _expire(future: asyncio.Future[Any], ref: ScopeRef, wait: float) -> None:

@@ -27,7 +27,7 @@ import contextvars
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -94,10 +94,17 @@ class _Plan:
     def add(self, rec: StateChanged) -> None:
         for changes, into in ((rec.changes, self.keys), (rec.capability_changes, self.caps)):
             for c in changes:
-                if c.key in into:
-                    into[c.key][2:] = [c.new_present, c.new_value]
-                else:
-                    into[c.key] = [c.old_present, c.old_value, c.new_present, c.new_value]
+                entry = into.get(c.key)
+                if entry is None:
+                    # [present before the run, value before, present as the run left it, value, interleaved]
+                    into[c.key] = [c.old_present, c.old_value, c.new_present, c.new_value, False]
+                    continue
+                if (c.old_present, c.old_value if c.old_present else None) != (
+                    entry[2],
+                    entry[3] if entry[2] else None,
+                ):
+                    entry[4] = True  # someone else wrote it between two of the run's writes
+                entry[2:4] = [c.new_present, c.new_value]
         if rec.new_stage is not None:
             if self.stage is None:
                 self.stage = [rec.old_stage or "", rec.new_stage]
@@ -169,7 +176,11 @@ class _Plan:
 
 def _undo(plan: dict[str, list[Any]], into: Any, conflicts: list[str], what: str) -> list[str]:
     restored = []
-    for key, (old_present, old, new_present, new) in plan.items():
+    for key, (old_present, old, new_present, new, interleaved) in plan.items():
+        if interleaved:
+            # Restoring the value from before the run would erase that other write.
+            conflicts.append(f"{what} {key!r} was written by another writer between the run's writes")
+            continue
         current = into.get(key, _ABSENT)
         as_left = (current is not _ABSENT) == new_present and (not new_present or current == new)
         if not as_left:
@@ -201,6 +212,8 @@ class Run:
         self._commits: list[StateChanged] = []
         self._seen: set[tuple[ScopeRef, str]] = set()
         self._touched: set[ScopeRef] = set()  # scopes a request went to whose outcome is unknown
+        self._inflight = 0  # requests of this run still being decided on other threads
+        self._idle = threading.Condition(self._lock)
         self._subscriptions: list[Subscription] = []
 
     def __repr__(self) -> str:
@@ -233,6 +246,17 @@ class Run:
         """Every scope this run has committed to or sent a request to that may still commit."""
         with self._lock:
             return {r.ref for r in self._commits} | self._touched
+
+    def begin(self, refs: Iterable[ScopeRef]) -> None:
+        """A request of the run is about to be decided on another thread (it may outlive its caller)."""
+        with self._lock:
+            self._inflight += 1
+            self._touched.update(refs)
+
+    def end(self) -> None:
+        with self._lock:
+            self._inflight -= 1
+            self._idle.notify_all()
 
     def touch(self, ref: ScopeRef) -> None:
         """A request to ``ref`` ended without a reply: it may still commit for this run."""
@@ -268,6 +292,10 @@ class Run:
         undone too.
         """
         with self._lock:
+            # A request still being decided elsewhere (its caller was cancelled) must land first.
+            end = time.monotonic() + self.manager.request_timeout
+            while self._inflight > 0 and (remaining := end - time.monotonic()) > 0:
+                self._idle.wait(remaining)
             refs = list(dict.fromkeys([*(r.ref for r in self._commits), *self._touched]))
         results = []
         for ref in refs:
@@ -277,9 +305,8 @@ class Run:
                 state: ScopeState, ref: ScopeRef = ref, plans: list[_Plan] = plans
             ) -> ScopeState | None:
                 plan = _Plan(ref)
-                for rec in self.commits:
-                    if rec.ref == ref:
-                        plan.add(rec)
+                for rec in sorted((r for r in self.commits if r.ref == ref), key=lambda r: r.new_version):
+                    plan.add(rec)
                 plans.append(plan)
                 return plan.target(state)
 
