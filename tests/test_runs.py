@@ -15,6 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from helpers import wait_for as _wait_for
 
 from victor_actors import (
     DeadlineExceededError,
@@ -27,15 +28,6 @@ from victor_actors import (
     TransitionBatch,
     current_run_id,
 )
-
-
-def _wait_for(predicate: Callable[[], bool], timeout: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.005)
-    return predicate()
 
 
 class Events:

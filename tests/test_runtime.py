@@ -11,6 +11,7 @@ import threading
 import time
 
 import pytest
+from helpers import wait_for as _wait_for
 
 from victor_actors import (
     DeadlineExceededError,
@@ -26,16 +27,6 @@ from victor_actors import (
     VersionConflictError,
     VictorActorsError,
 )
-
-
-def _wait_for(predicate: object, timeout: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():  # type: ignore[operator]
-            return True
-        time.sleep(0.005)
-    return False
-
 
 # -- the tree ---------------------------------------------------------------
 

@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers import wait_for as _wait_for
 
 from victor_actors import (
     BackpressureError,
@@ -15,15 +16,6 @@ from victor_actors import (
     StateChanged,
     TransitionBatch,
 )
-
-
-def _wait_for(predicate: object, timeout: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():  # type: ignore[operator]
-            return True
-        time.sleep(0.005)
-    return False
 
 
 def _live(handle: object) -> bool:

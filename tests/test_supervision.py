@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from helpers import wait_for as _wait_for
 
 from victor_actors import (
     GlobalStateManager,
@@ -28,15 +29,6 @@ from victor_actors import (
 )
 
 GLOBAL = "global:global"
-
-
-def _wait_for(predicate: Callable[[], bool], timeout: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.005)
-    return predicate()
 
 
 class Recorder:

@@ -13,13 +13,13 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from collections import Counter
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import wait_for as _wait_for
 
 from victor_actors import (
     ContextSnapshot,
@@ -32,15 +32,6 @@ from victor_actors import (
     TransitionValidationError,
     VersionConflictError,
 )
-
-
-def _wait_for(predicate: Callable[[], bool], timeout: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.005)
-    return predicate()
 
 
 class Recorder:
