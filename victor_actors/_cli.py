@@ -20,6 +20,8 @@ import attrs
 import lmdb
 
 from victor_actors import __version__
+from victor_actors._bench import add_parser as _add_bench
+from victor_actors._bench import run_command as _bench
 from victor_actors._codec import CommitRecord
 from victor_actors._errors import (
     CheckpointCorruptError,
@@ -342,6 +344,7 @@ def _parser() -> argparse.ArgumentParser:
     export.add_argument("--json", action="store_true", help="JSON output (the only format; the default)")
     export.add_argument("--output", "-o", metavar="FILE", help="write to FILE instead of stdout")
     _add_simulate(sub)
+    _add_bench(sub)
     return parser
 
 
@@ -353,6 +356,8 @@ def main(argv: list[str] | None = None) -> int:
         return exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 2
     if args.command == "simulate":  # writes its own store: not a read-only view
         return _simulate(args)
+    if args.command == "bench":  # runs the benchmark scripts: not a view of a store
+        return _bench(args)
     run: Command = args.run
     try:
         with GlobalStateManager.open(args.path, read_only=True) as manager:

@@ -1,0 +1,286 @@
+"""``victor-actors bench`` and ``benchmarks/report.py``: the plumbing, not the numbers.
+
+One quick run of the two cheapest benchmarks (start-up and the agent step) in a
+subprocess, shared by the tests that read its JSON; the rest exercise the
+runner's edges (no checkout, no LangGraph, a failing script) without running a
+real benchmark.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from victor_actors import _bench
+from victor_actors._cli import main
+
+ROOT = Path(__file__).resolve().parent.parent
+REPORT = ROOT / "benchmarks" / "report.py"
+HINT = "langgraph not installed (pip install -e '.[bench]')"
+NO_PLOT = "The plot needs matplotlib"
+TARGET_IDS = {
+    "apply_p50",
+    "apply_p99",
+    "pipeline_10",
+    "pipeline_100k",
+    "pipeline_flat",
+    "snapshot",
+    "durable_1",
+    "durable_100",
+    "agent",
+    "storage",
+}
+
+
+def has(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ImportError:
+        return False
+
+
+HAS_LANGGRAPH = has("langgraph") and has("langgraph.checkpoint.sqlite")
+HAS_MATPLOTLIB = has("matplotlib")
+
+
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any], str]:
+    path = tmp_path_factory.mktemp("bench") / "bench.json"
+    cmd = [sys.executable, "-m", "victor_actors", "bench", "--quick", "--only", "startup,agent"]
+    proc = subprocess.run([*cmd, "--json", str(path)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return path, json.loads(path.read_text()), proc.stdout
+
+
+def report(json_path: Path, out: Path, *, block_matplotlib: bool = False) -> subprocess.CompletedProcess[str]:
+    if block_matplotlib:  # as if matplotlib were not installed, whether it is or not
+        code = (
+            "import runpy, sys; sys.modules['matplotlib'] = None; "
+            f"sys.argv = ['report.py', {str(json_path)!r}, '--out', {str(out)!r}]; "
+            f"runpy.run_path({str(REPORT)!r}, run_name='__main__')"
+        )
+        cmd = [sys.executable, "-c", code]
+    else:
+        cmd = [sys.executable, str(REPORT), str(json_path), "--out", str(out)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc
+
+
+# -- a real quick run ------------------------------------------------------------------------------------
+
+
+def test_quick_run_prints_the_table_and_writes_the_json(quick_run: tuple[Path, dict[str, Any], str]) -> None:
+    _path, doc, stdout = quick_run
+    assert doc["schema"] == 1 and doc["mode"] == "quick" and doc["wall_seconds"] > 0
+    meta = doc["meta"]
+    for key in ("cpu_model", "cpus", "memory_bytes", "python", "date", "packages"):
+        assert meta[key], key
+    assert meta["packages"]["victor-actors"] and meta["packages"]["pykka"]
+    assert list(doc["benchmarks"]) == ["startup", "agent"]
+
+    startup = doc["benchmarks"]["startup"]
+    assert startup["status"] == "ok" and startup["seconds"] > 0
+    assert startup["script"] == "benchmarks/bench_startup.py"
+    sizes = startup["result"]["sizes"]
+    assert len(sizes) == 2
+    for size in sizes.values():
+        assert size["ours"]["start_s"] > 0 and size["bare"]["start_s"] > 0 and size["ratio_start"] > 0
+
+    rows = {r["id"]: r for r in doc["rows"]}
+    assert set(rows) == {spec.id for spec in _bench.ROWS}
+    for row in rows.values():
+        assert set(row) >= {"bench", "what", "unit", "better", "ours", "baseline", "ratio", "note"}
+    for rid in ("startup_small", "startup_large"):
+        assert rows[rid]["ratio"] == pytest.approx(rows[rid]["ours"] / rows[rid]["baseline"])
+    assert rows["apply_p50"]["ratio"] is None and rows["apply_p50"]["note"] == "not selected (--only)"
+
+    targets = {t["id"]: t for t in doc["targets"]}
+    assert set(targets) == TARGET_IDS
+    for t in targets.values():
+        assert t["verdict"] in ("MET", "MISSED", "NOT RUN") and t["op"] in ("<=", ">=") and t["threshold"] > 0
+        if t["verdict"] == "MISSED":
+            assert t["why"] and "no explanation" not in t["why"]
+    assert targets["apply_p50"]["verdict"] == "NOT RUN"
+    agent = targets["agent"]
+    if HAS_LANGGRAPH:
+        assert doc["benchmarks"]["agent"]["status"] == "ok"
+        assert agent["verdict"] in ("MET", "MISSED") and agent["measured"] > 0
+    else:
+        assert doc["benchmarks"]["agent"]["status"] == "skipped"
+        assert agent["verdict"] == "NOT RUN" and HINT in agent["why"]
+
+    assert "MEASURED (same run; ratio = ours / baseline)" in stdout
+    assert "TARGET" in stdout and "\ntargets: " in stdout
+    assert "start N scope actors / N bare pykka actors (larger N)" in stdout
+
+
+def test_report_writes_the_markdown_and_the_plot(
+    quick_run: tuple[Path, dict[str, Any], str], tmp_path: Path
+) -> None:
+    path, doc, _ = quick_run
+    proc = report(path, tmp_path)
+    md = (tmp_path / "benchmarks.md").read_text()
+    assert md.startswith("# Benchmarks\n")
+    assert "## Targets" in md
+    assert "| target | measured | verdict | why (misses, from this run's numbers) |" in md
+    for t in doc["targets"]:
+        assert f"| {t['target']} |" in md
+    assert "## Machine" in md and f"| CPU | {doc['meta']['cpu_model']} |" in md
+    assert "## Measured values" in md and "start N scope actors / N bare pykka actors (smaller N)" in md
+    assert "### startup" in md and "ratio_start" in md  # every value the benchmark wrote
+    png = tmp_path / "benchmarks.png"
+    if HAS_MATPLOTLIB:
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert "![ratios against targets](benchmarks.png)" in md and NO_PLOT not in md
+        assert "benchmarks.png" in proc.stdout
+    else:
+        assert not png.exists() and NO_PLOT in md
+
+
+def test_report_without_matplotlib_still_writes_the_markdown_and_says_so(
+    quick_run: tuple[Path, dict[str, Any], str], tmp_path: Path
+) -> None:
+    path, _doc, _ = quick_run
+    (tmp_path / "benchmarks.png").write_bytes(b"a plot from an earlier run")
+    proc = report(path, tmp_path, block_matplotlib=True)
+    md = (tmp_path / "benchmarks.md").read_text()
+    assert NO_PLOT in md and "pip install -e '.[bench]'" in md and "](benchmarks.png)" not in md
+    assert "## Targets" in md
+    assert not (tmp_path / "benchmarks.png").exists()  # a stale plot would not match the report
+    assert NO_PLOT in proc.stdout
+
+
+# -- the runner's edges, without running a real benchmark -------------------------------------------------
+
+
+def test_without_langgraph_its_rows_say_so_and_the_rest_runs(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    real = importlib.util.find_spec
+
+    def find_spec(name: str, package: str | None = None) -> Any:
+        return None if name.startswith("langgraph") else real(name, package)
+
+    monkeypatch.setattr(_bench.importlib.util, "find_spec", find_spec)
+    fake = tmp_path / "benchmarks"
+    fake.mkdir()
+    (fake / "bench_startup.py").write_text(
+        "import json, sys\n"
+        "path = sys.argv[sys.argv.index('--json') + 1]\n"
+        "side = lambda s: {'start_s': s, 'rss_per_actor_bytes': 0}\n"
+        "size = {'actors': 10, 'rounds': 1, 'ours': side(2.0), 'bare': side(1.0)}\n"
+        "json.dump({'sizes': {'10': size}}, open(path, 'w'))\n"
+    )
+    monkeypatch.setattr(_bench, "benchmarks_dir", lambda: fake)
+    out = tmp_path / "bench.json"
+    assert main(["bench", "--quick", "--only", "store,agent", "--only", "startup", "--json", str(out)]) == 0
+    stdout = capsys.readouterr().out
+    doc = json.loads(out.read_text())
+    statuses = [doc["benchmarks"][n]["status"] for n in ("store", "agent", "startup")]
+    assert statuses == ["skipped", "skipped", "ok"]
+    assert doc["benchmarks"]["store"]["reason"] == HINT
+    targets = {t["id"]: t for t in doc["targets"]}
+    for tid in ("durable_1", "durable_100", "agent", "storage"):
+        assert targets[tid]["verdict"] == "NOT RUN" and HINT in targets[tid]["why"]
+    rows = {r["id"]: r for r in doc["rows"]}
+    assert HINT in rows["agent"]["note"]
+    assert rows["startup_small"]["ratio"] == 2.0
+    assert rows["startup_large"]["ratio"] is None  # one size only: that row is missing, not made up
+    assert stdout.count(HINT) >= 2
+
+
+def test_a_langgraph_import_error_in_the_child_counts_as_not_installed() -> None:
+    stderr = "Traceback ...\nModuleNotFoundError: No module named 'langgraph.checkpoint.sqlite'\n"
+    assert _bench._missing_module(stderr) == "langgraph.checkpoint.sqlite"
+    assert _bench._missing_module("ValueError: boom") is None
+
+
+def test_a_failing_benchmark_is_reported_and_exits_1(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fake = tmp_path / "benchmarks"
+    fake.mkdir()
+    (fake / "bench_startup.py").write_text(
+        "import sys\nprint('boom', file=sys.stderr)\nraise SystemExit(3)\n"
+    )
+    monkeypatch.setattr(_bench, "benchmarks_dir", lambda: fake)
+    assert main(["bench", "--quick", "--only", "startup"]) == 1
+    out = capsys.readouterr().out
+    assert "failed" in out and "exit status 3: boom" in out
+
+
+def test_without_the_source_checkout_it_says_so_and_exits_2(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(_bench, "benchmarks_dir", lambda: tmp_path / "site-packages" / "benchmarks")
+    assert main(["bench", "--quick"]) == 2
+    err = capsys.readouterr().err
+    assert "ship with the source checkout" in err and err.count("\n") == 1
+
+
+def test_an_unknown_benchmark_name_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", "--only", "core,nope"]) == 2
+    err = capsys.readouterr().err
+    assert "no benchmark named 'nope'" in err and "core, pipeline, startup, store, agent" in err
+
+
+def test_every_missed_target_explains_itself_from_the_numbers() -> None:
+    """Synthetic results shaped like each script's JSON: the verdicts follow the thresholds."""
+    lat = {k: {"n": 10, "median_us": 10.0, "p99_us": 20.0} for k in ("echo", "snap10", "copy_dict")}
+    lat |= {"apply1": {"n": 10, "median_us": 30.0, "p99_us": 25.0}, "snap100k": lat["snap10"]}
+    lat |= {"apply1_call": {"n": 10, "median_us": 25.0, "p99_us": 22.0}, "aapply1": lat["apply1"]}
+    tp = {k: {"per_s": 1000.0} for k in ("aapply_10", "aapply_100k", "prebuilt_10", "prebuilt_100k")}
+    tp |= {"tell": {"per_s": 10_000.0}, "futures_10": {"per_s": 1500.0}, "futures_100k": {"per_s": 1400.0}}
+    acc = {"store_commits": 0, "store_txns": 0}
+    store = {k: {"rate": 1000.0, **acc} for k in ("sync1", "raw_lmdb", "mem1", "async100")}
+    store |= {
+        "sqlite_put": {"rate": 400.0, **acc},
+        "sync100": {"rate": 5000.0, "store_commits": 50, "store_txns": 5},
+    }
+    storage = {
+        "steps": 1000,
+        "plain_msgpack_bytes": 300,
+        "sqlite": {"final_state_bytes": 300, "file": {"size": 9000}},
+    }
+    storage["ours"] = {
+        "final_state_bytes": 100,
+        "scope_bytes": 250,
+        "kept": "3 ckpts",
+        "data_mdb": {"size": 400},
+    }
+    agent_rates = {"ours_sync": 500.0, "ours_memory": 5000.0, "langgraph_sqlite": 100.0}
+    results = {
+        "core": {"latency": lat},
+        "pipeline": {"throughput": tp, "in_flight": 100, "rounds": 1},
+        "store": {"throughput": store, "storage": storage, "meta": {"cpus": 2}},
+        "agent": {"rates": agent_rates, "rounds": 1, "steps": 1},
+    }
+    rows, targets = _bench.evaluate(results, {"startup": "not selected (--only)"})
+    verdicts = {t["id"]: t["verdict"] for t in targets}
+    assert verdicts == {
+        "apply_p50": "MISSED",  # 3.0x > 1.15x
+        "apply_p99": "MET",  # 1.25x
+        "pipeline_10": "MISSED",  # 0.1x < 0.5x
+        "pipeline_100k": "MISSED",
+        "pipeline_flat": "MET",  # 1.0x
+        "snapshot": "MET",  # 1.0x
+        "durable_1": "MET",  # 2.5x
+        "durable_100": "MISSED",  # 12.5x < 25x
+        "agent": "MISSED",  # 5x < 10x
+        "storage": "MISSED",  # 4x > 3x
+    }
+    whys = {t["id"]: t["why"] for t in targets}
+    assert all(whys[tid] == "" for tid, v in verdicts.items() if v == "MET")
+    assert "30.0 us vs echo 10.0 us" in whys["apply_p50"]
+    assert "1,000 us per pipelined aapply vs 100 us per raw tell" in whys["pipeline_10"]
+    assert "10 commits into each synced txn" in whys["durable_100"] and "2 CPUs" in whys["durable_100"]
+    assert "500 steps/s durable vs 100" in whys["agent"]
+    assert "data.mdb 400 B vs a 100 B" in whys["storage"]
+    assert {r["id"]: r["note"] for r in rows}["startup_small"] == "not selected (--only)"
