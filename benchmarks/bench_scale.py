@@ -49,7 +49,7 @@ def run_variant(n: int, m: int, cap: int | None, seed: int) -> dict[str, Any]:
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
-    manager = GlobalStateManager.open(max_live_actors=cap)
+    manager = GlobalStateManager.open(max_live_actors=cap, request_timeout=60.0)
     team = manager.get_team_state("t")
     rng = random.Random(seed)
     batch = TransitionBatch().add_message({"role": "user", "content": "hello"})
@@ -85,6 +85,7 @@ def run_variant(n: int, m: int, cap: int | None, seed: int) -> dict[str, Any]:
         "reactivation_p99_us": percentile(reactivations, 0.99) * 1e6,
         "live_hit_p50_us": percentile(live_hits, 0.5) * 1e6,
         "live_hit_p99_us": percentile(live_hits, 0.99) * 1e6,
+        "slowest_request_ms": max(reactivations + live_hits, default=0.0) * 1e3,
         "peak_threads": peak_threads[0],
         "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "close_s": close_s,
@@ -111,8 +112,11 @@ def main() -> int:
     results = {}
     for variant in ("capped", "live"):
         cmd = [sys.executable, __file__, "--variant", variant] + (["--quick"] if args.quick else [])
-        out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
-        results[variant] = json.loads(out.strip().splitlines()[-1])
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            print(f"the {variant} variant failed:\n{proc.stderr[-3000:]}", file=sys.stderr)
+            return 1
+        results[variant] = json.loads(proc.stdout.strip().splitlines()[-1])
     capped, live = results["capped"], results["live"]
     print("victor_actors scale benchmark (in-memory managers; each variant in a fresh process)")
     print(f"{'':38} {'capped':>14} {'all live':>14}")
@@ -126,6 +130,7 @@ def main() -> int:
         ("reactivation p99 us", "reactivation_p99_us", "{:.0f}"),
         ("request to a live scope p50 us", "live_hit_p50_us", "{:.0f}"),
         ("request to a live scope p99 us", "live_hit_p99_us", "{:.0f}"),
+        ("slowest request ms", "slowest_request_ms", "{:.0f}"),
         ("peak threads", "peak_threads", "{:.0f}"),
         ("peak RSS MiB", "peak_rss_mib", "{:.0f}"),
         ("close s", "close_s", "{:.2f}"),
