@@ -20,6 +20,9 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from victor_actors._bench import fmt_ratio as ratio
+from victor_actors._bench import fmt_value as value
+
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 MD_NAME, PNG_NAME = "benchmarks.md", "benchmarks.png"
 NO_PLOT = "The plot needs matplotlib (pip install -e '.[bench]'); none was written for this report."
@@ -46,26 +49,6 @@ def cell(value: Any) -> str:
             return f"{value:.1f}"
         return f"{value:.3g}"
     return str(value).replace("|", "\\|").replace("\n", " ")
-
-
-def value(v: float | None, unit: str) -> str:
-    if v is None:
-        return "-"
-    if unit == "us":
-        return f"{v:,.2f} us"
-    if unit == "s":
-        return f"{v:,.3f} s"
-    if unit == "B":
-        return f"{v:,.0f} B"
-    return f"{v:,.0f} {unit}"
-
-
-def ratio(v: float | None) -> str:
-    if v is None:
-        return "-"
-    if v < 0.1:
-        return f"{v:.2g}x"
-    return f"{v:.2f}x" if v < 100 else f"{v:,.0f}x"
 
 
 def md_table(header: Iterable[str], rows: Iterable[Iterable[Any]]) -> list[str]:
