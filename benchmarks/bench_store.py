@@ -47,7 +47,7 @@ from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.graph import END, START, StateGraph
 
 from victor_actors import GlobalStateManager, ScopeHandle
-from victor_actors._codec import CheckpointRecord
+from victor_actors.store import CheckpointRecord
 
 ns = time.perf_counter_ns
 CONV = 100  # messages per conversation in sections 1-3

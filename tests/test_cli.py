@@ -13,7 +13,7 @@ import pytest
 
 from victor_actors import GlobalStateManager, ScopeRef, TransitionBatch
 from victor_actors._cli import main
-from victor_actors._store import versioned_key
+from victor_actors.store import versioned_key
 
 BLOB = b"\x00\x01\xff"
 ISO = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")

@@ -24,7 +24,7 @@ from victor_actors import (
     StoreLockedError,
     TransitionBatch,
 )
-from victor_actors._store import versioned_key
+from victor_actors.store import versioned_key
 
 
 def _fill(handle: object, n: int) -> None:

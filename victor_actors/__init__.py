@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 
-from victor_actors._codec import SCHEMA_VERSION, Codec
 from victor_actors._context import current_run_id
 from victor_actors._coordinator import Coordinator, CoordinatorRunner, LoopResult, StepRecord, merge
 from victor_actors._errors import (
@@ -47,10 +46,11 @@ from victor_actors._state import (
     ScopeState,
     StateChanged,
 )
-from victor_actors._store import CheckpointInfo, RecoveryReport
 from victor_actors._supervision import SupervisionEvent, SupervisionPolicy
 from victor_actors._tools import ToolCall
 from victor_actors._values import FrozenDict, freeze, register_converter, thaw
+from victor_actors.store import CheckpointInfo, RecoveryReport
+from victor_actors.store._codec import SCHEMA_VERSION, Codec
 
 logging.getLogger("victor_actors").addHandler(logging.NullHandler())
 

@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from victor_actors._actor import ApplyRequest, Persist, ScopeCell
-from victor_actors._codec import CheckpointRecord, CommitRecord, ScopeRecord
 from victor_actors._errors import (
     CheckpointNotFoundError,
     DeadlineExceededError,
@@ -24,7 +23,8 @@ from victor_actors._errors import (
 )
 from victor_actors._model import ScopeRef
 from victor_actors._state import ContextSnapshot, ScopeState, StateChanged
-from victor_actors._store import CheckpointInfo, Store, TxnOp, checkpoint_id
+from victor_actors.store import CheckpointInfo, Store, TxnOp, checkpoint_id
+from victor_actors.store._codec import CheckpointRecord, CommitRecord, ScopeRecord
 
 if TYPE_CHECKING:
     from victor_actors._handle import ScopeHandle

@@ -22,7 +22,6 @@ import lmdb
 from victor_actors import __version__
 from victor_actors._bench import add_parser as _add_bench
 from victor_actors._bench import run_command as _bench
-from victor_actors._codec import CommitRecord
 from victor_actors._errors import (
     CheckpointCorruptError,
     CheckpointNotFoundError,
@@ -34,8 +33,8 @@ from victor_actors._model import ScopeRef, StateScope, TransitionType
 from victor_actors._simulate import add_parser as _add_simulate
 from victor_actors._simulate import run_command as _simulate
 from victor_actors._state import ContextSnapshot
-from victor_actors._store import Store
 from victor_actors._values import thaw
+from victor_actors.store import CommitRecord, Store
 
 __all__ = ["main"]
 

@@ -17,7 +17,6 @@ import pykka
 
 from victor_actors._actor import RestartRequest, ScopeActor, ScopeCell, mailbox_depth
 from victor_actors._checkpoints import DURABILITY_MODES, CheckpointsMixin
-from victor_actors._codec import Codec, ScopeRecord
 from victor_actors._errors import RuntimeClosedError, ScopeAccessError
 from victor_actors._events import EventBus, Subscription
 from victor_actors._handle import ScopeHandle
@@ -25,9 +24,10 @@ from victor_actors._model import GLOBAL_REF, ScopeRef, StateScope
 from victor_actors._passivation import Passivator
 from victor_actors._runs import Run, RunContext
 from victor_actors._state import ScopeState, StateChanged
-from victor_actors._store import RecoveryReport, Store
 from victor_actors._supervision import SupervisionEvent, SupervisionPolicy, Supervisor
 from victor_actors._tools import ToolDispatcher
+from victor_actors.store import RecoveryReport, Store
+from victor_actors.store._codec import Codec, ScopeRecord
 
 logger = logging.getLogger("victor_actors")
 

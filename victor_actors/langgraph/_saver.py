@@ -25,7 +25,6 @@ from langgraph.checkpoint.base import (  # type: ignore[import-not-found, unused
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol  # type: ignore[import-not-found, unused-ignore]
 
-from victor_actors._codec import CheckpointRecord
 from victor_actors._errors import ScopeAccessError, VersionConflictError
 from victor_actors._handle import ScopeHandle
 from victor_actors._manager import GlobalStateManager
@@ -33,6 +32,7 @@ from victor_actors._model import ScopeRef, StateScope, StateTransition
 from victor_actors._state import ContextSnapshot, MapView
 from victor_actors.langgraph import _layout as L
 from victor_actors.langgraph._serde import DisallowedTypeError, StrictSerializer
+from victor_actors.store import CheckpointRecord
 
 __all__ = ["VictorActorsSaver"]
 

@@ -1,0 +1,196 @@
+"""The group-commit writer: many jobs, one synced LMDB write transaction.
+
+Group commit with a leader instead of a dedicated writer thread: whoever
+needs a durable commit and finds no commit in progress becomes the leader and
+writes every queued job in one LMDB transaction on its own thread; the others
+wait for it, then one of them leads the next round. A lone writer pays no
+thread hand-off; concurrent writers share transactions. Jobs nobody waits
+for (``async`` durability) are led by a flusher thread within
+``flush_interval`` seconds. A job's waiter is released only once the
+transaction holding it is durable.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import lmdb
+
+from victor_actors._errors import ScopeFailedError, VictorActorsError
+
+__all__ = ["GroupCommitWriter", "TxnOp", "WriteTxn"]
+
+logger = logging.getLogger("victor_actors")
+
+
+class WriteTxn:
+    """The write transaction a job's operations run in (on the leader's thread)."""
+
+    __slots__ = ("dbs", "txn")
+
+    def __init__(self, txn: Any, dbs: dict[str, Any]) -> None:
+        self.txn = txn
+        self.dbs = dbs
+
+    def put(self, db: str, key: bytes, value: bytes) -> None:
+        self.txn.put(key, value, db=self.dbs[db])
+
+    def delete(self, db: str, key: bytes) -> None:
+        self.txn.delete(key, db=self.dbs[db])
+
+    def get(self, db: str, key: bytes) -> bytes | None:
+        value = self.txn.get(key, db=self.dbs[db])
+        return None if value is None else bytes(value)
+
+    def keys_in(self, db: str, prefix: bytes) -> list[bytes]:
+        out = []
+        with self.txn.cursor(db=self.dbs[db]) as cur:
+            if cur.set_range(prefix):
+                for key in cur.iternext(keys=True, values=False):
+                    if not key.startswith(prefix):
+                        break
+                    out.append(bytes(key))
+        return out
+
+
+TxnOp = Callable[[WriteTxn], None]
+
+
+class _Job:
+    __slots__ = ("done", "error", "ops", "queued")
+
+    def __init__(self, ops: list[TxnOp]) -> None:
+        self.ops = ops
+        self.done = False
+        self.error: BaseException | None = None
+        self.queued = time.monotonic()
+
+
+class GroupCommitWriter:
+    """Packs submitted jobs into shared write transactions of one LMDB environment."""
+
+    def __init__(
+        self,
+        env: Any,
+        dbs: dict[str, Any],
+        *,
+        path: str,
+        flush_interval: float = 0.05,
+        max_batch: int = 2048,
+    ) -> None:
+        self.env = env
+        self.dbs = dbs
+        self.path = path
+        self.flush_interval = flush_interval
+        self.max_batch = max_batch
+        self._cond = threading.Condition()
+        self._pending: list[_Job] = []
+        self._leading = False
+        self._closed = False
+        self.commits = 0
+        self.transactions = 0
+        # async-mode jobs have nobody waiting: this thread leads for them within flush_interval
+        self._flusher = threading.Thread(target=self._flush_loop, name="victor-actors-flusher", daemon=True)
+        self._flusher.start()
+
+    def submit(self, ops: list[TxnOp], *, wait: bool) -> None:
+        """Run ``ops`` in a write transaction; with ``wait``, return once it is durable.
+
+        Raises:
+            ScopeFailedError: the transaction failed; nothing of it was written.
+        """
+        if self._closed:
+            raise ScopeFailedError("the store is closed; nothing was written")
+        job = _Job(ops)
+        with self._cond:
+            self._pending.append(job)
+            if not wait:
+                self._cond.notify_all()  # wakes the flusher
+                return
+        self._lead_until_done(job)
+        if job.error is not None:
+            raise ScopeFailedError(
+                f"the store could not commit: {job.error}; nothing was written"
+            ) from job.error
+
+    def _lead_until_done(self, job: _Job | None) -> None:
+        """Lead commit rounds (or wait for the leader) until ``job`` is durable; None: drain all."""
+        cond = self._cond
+        while True:
+            with cond:
+                while self._leading and not (job is not None and job.done):
+                    cond.wait()
+                if job is not None and job.done:
+                    return
+                if not self._pending:
+                    return
+                self._leading = True
+                batch = self._pending[: self.max_batch]
+                del self._pending[: self.max_batch]
+            try:
+                self._commit(batch)
+            finally:
+                with cond:
+                    self._leading = False
+                    cond.notify_all()
+
+    def flush(self) -> None:
+        """Return once everything submitted before the call is durable."""
+        if not self._closed:
+            self.submit([], wait=True)
+
+    def _flush_loop(self) -> None:
+        cond = self._cond
+        while True:
+            with cond:
+                while not self._pending and not self._closed:
+                    cond.wait()
+                if self._closed and not self._pending:
+                    return
+                oldest = self._pending[0].queued if self._pending else time.monotonic()
+            delay = oldest + self.flush_interval - time.monotonic()
+            if delay > 0 and not self._closed:
+                time.sleep(delay)  # let more async commits join this transaction
+            self._lead_until_done(None)
+
+    def _commit(self, jobs: list[_Job]) -> None:
+        error: BaseException | None = None
+        for _attempt in range(8):
+            try:
+                with self.env.begin(write=True) as txn:
+                    t = WriteTxn(txn, self.dbs)
+                    for job in jobs:
+                        for op in job.ops:
+                            op(t)
+                error = None
+                break
+            except lmdb.MapFullError:
+                size = self.env.info()["map_size"] * 2
+                logger.info("growing the LMDB map of %s to %d bytes", self.path, size)
+                self.env.set_mapsize(size)
+            except BaseException as exc:  # reported to every waiter; the writer goes on
+                logger.exception("a store transaction failed")
+                error = exc
+                break
+        else:
+            error = VictorActorsError("the LMDB map could not grow enough")
+        self.transactions += 1
+        self.commits += len(jobs)
+        for job in jobs:
+            job.error = error
+            job.done = True  # waiters are woken by the leader's notify_all
+
+    def close(self) -> None:
+        """Write what is queued and stop the flusher. Idempotent."""
+        if self._closed:
+            return
+        self._lead_until_done(None)
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        self._flusher.join()
+        self._lead_until_done(None)  # anything that slipped in meanwhile
