@@ -42,6 +42,7 @@ from victor_actors import (
     CoordinatorResult,
     CoordinatorRunner,
     GlobalStateManager,
+    RunFailedError,
     ScopeHandle,
     ToolCall,
     TransitionBatch,
@@ -305,8 +306,8 @@ def failed_run(manager: GlobalStateManager) -> None:
     try:
         with manager.run("fails", timeout=10.0):
             runner.run(conv, "router", "fetch the data and then chart it and then publish it")
-    except ConnectionError as exc:
-        report = exc.rollback_report  # type: ignore[attr-defined]
+    except RunFailedError as exc:  # the body's ConnectionError is exc.error
+        report = exc.rollback_report
         after = conv.snapshot()
         undone = report.scopes[0]
         print(

@@ -19,11 +19,13 @@ from victor_actors import (
     CoordinatorResult,
     CoordinatorRunner,
     GlobalStateManager,
+    RunFailedError,
     ScopeHandle,
     StateChanged,
     TransitionBatch,
     VersionConflictError,
 )
+from victor_actors.testing import inject_fault
 
 BUSY = 1.0  # seconds each actor is kept busy by an injected fault
 
@@ -63,7 +65,7 @@ def _make_busy(manager: GlobalStateManager, handles: list[ScopeHandle], seconds:
         return fault
 
     for h in handles:
-        manager.inject_fault(h.ref, busy(h.ref.id))
+        inject_fault(manager, h.ref, busy(h.ref.id))
     return done
 
 
@@ -119,8 +121,8 @@ def test_thousands_of_awaits_on_busy_actors_leave_the_loop_free(manager: GlobalS
             async with manager.arun("doomed"):
                 await conv.aset("doomed", 1)
                 raise RuntimeError("the agent crashed")
-        except RuntimeError:
-            pass  # rolled back, off the loop
+        except RunFailedError as exc:
+            assert isinstance(exc.error, RuntimeError)  # rolled back, off the loop
 
     done_sleeping = _make_busy(manager, convs, BUSY)
 

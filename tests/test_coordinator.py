@@ -23,8 +23,8 @@ from victor_actors import (
     TransitionBatch,
     VersionConflictError,
     VictorActorsError,
-    merge,
 )
+from victor_actors.lowlevel import merge
 
 
 def _in_thread(fn: Callable[[], object]) -> None:

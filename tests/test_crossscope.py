@@ -26,6 +26,7 @@ from victor_actors import (
     TransitionBatch,
     VersionConflictError,
 )
+from victor_actors.testing import inject_fault
 
 
 def _increment(conv: object, team: object, label: str) -> int:
@@ -211,9 +212,9 @@ def test_a_rejected_part_aborts_the_whole_batch(manager: GlobalStateManager) -> 
         )
     assert info.value.current_version == 1
     with pytest.raises(ScopeFailedError):
-        manager.inject_fault(team.ref, RuntimeError("team breaks during prepare"))
+        inject_fault(manager, team.ref, RuntimeError("team breaks during prepare"))
         conv.apply(TransitionBatch().add_message("m").update_state("k", 1, scope="team"))
-    manager.inject_fault(conv.ref, SystemExit(3))
+    inject_fault(manager, conv.ref, SystemExit(3))
     with pytest.raises(ScopeFailedError):
         conv.apply(TransitionBatch().add_message("m").update_state("k", 1, scope="team"))
     assert conv.version == 0 and team.version == 1 and team.get("k") == 0
@@ -225,7 +226,7 @@ def test_a_rejected_part_aborts_the_whole_batch(manager: GlobalStateManager) -> 
 def test_a_participant_missing_its_deadline_aborts(manager: GlobalStateManager) -> None:
     team = manager.get_team_state("t")
     conv = manager.get_conversation_state("c", team_id="t")
-    manager.inject_fault(team.ref, lambda: time.sleep(0.5))
+    inject_fault(manager, team.ref, lambda: time.sleep(0.5))
     busy = threading.Thread(target=lambda: team.set("busy", 1))
     busy.start()
     time.sleep(0.05)
@@ -314,7 +315,7 @@ def test_interleavings_never_show_a_partial_batch(plans: list[list[str]]) -> Non
             if step.startswith("fail"):
                 # the fault hits whichever request reaches that actor next: this one or another's
                 with lock:
-                    manager.inject_fault(conv.ref if step == "fail-conv" else team.ref, RuntimeError("x"))
+                    inject_fault(manager, conv.ref if step == "fail-conv" else team.ref, RuntimeError("x"))
             conv.apply(batch)
 
         threads = [threading.Thread(target=worker, args=(i, plan)) for i, plan in enumerate(plans)]

@@ -12,18 +12,14 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from victor_actors import (
-    FrozenDict,
     GlobalStateManager,
     ScopeAccessError,
-    ScopeState,
     StateTransition,
     TransitionBatch,
     TransitionType,
     TransitionValidationError,
-    freeze,
-    reduce,
-    thaw,
 )
+from victor_actors.lowlevel import FrozenDict, ScopeState, freeze, reduce, thaw
 
 _IDS = itertools.count()
 

@@ -9,19 +9,17 @@ import immutables
 import pytest
 
 from victor_actors import (
-    KeyChange,
     ScopeAccessError,
     ScopeClosedError,
     ScopeRef,
-    ScopeState,
     StateChanged,
     StateScope,
     StateTransition,
     TransitionBatch,
     TransitionType,
     TransitionValidationError,
-    reduce,
 )
+from victor_actors.lowlevel import KeyChange, ScopeState, reduce
 
 GLOBAL = ScopeRef(StateScope.GLOBAL, "global")
 TEAM = ScopeRef(StateScope.TEAM, "t1")

@@ -22,12 +22,15 @@ from victor_actors import (
     GlobalStateManager,
     RollbackReport,
     Run,
+    RunFailedError,
+    RunTimeoutError,
     ScopeHandle,
-    ScopeRollback,
     StateChanged,
     TransitionBatch,
     current_run_id,
 )
+from victor_actors.lowlevel import ScopeRollback
+from victor_actors.testing import inject_fault
 
 
 class Events:
@@ -70,15 +73,15 @@ def test_a_run_tags_its_commits_its_context_its_actors_and_its_subscribers(
     with manager.run("s1", timeout=10) as run:
         assert isinstance(run, Run) and run.id.startswith("s1:")
         assert current_run_id() == run.id
-        manager.inject_fault(conv.ref, recorder("conversation"))
+        inject_fault(manager, conv.ref, recorder("conversation"))
         first = conv.set("k", 1)
-        manager.inject_fault(team.ref, recorder("team, preparing its part"))
-        manager.inject_fault(conv.ref, recorder("conversation, preparing its part"))
+        inject_fault(manager, team.ref, recorder("team, preparing its part"))
+        inject_fault(manager, conv.ref, recorder("conversation, preparing its part"))
         cross = conv.apply(TransitionBatch().add_message("m").update_state("tk", 1, scope="team"))
         locked = conv.transact(lambda snap: TransitionBatch().update_state("n", snap.get_state("tk")))
         assert current_run_id() == run.id
     assert current_run_id() is None
-    manager.inject_fault(conv.ref, recorder("conversation, after the run"))
+    inject_fault(manager, conv.ref, recorder("conversation, after the run"))
     after = conv.set("k", 2)
 
     assert run.status == "succeeded" and run.rollback_report is None
@@ -108,7 +111,7 @@ def test_arun_tags_like_run_across_awaits(manager: GlobalStateManager) -> None:
 
     async def main() -> tuple[str, list[StateChanged]]:
         async with manager.arun("s1", timeout=10) as run:
-            manager.inject_fault(conv.ref, lambda: in_actor.append(current_run_id()))
+            inject_fault(manager, conv.ref, lambda: in_actor.append(current_run_id()))
             records = [await conv.aset("k", 1)]
             await asyncio.sleep(0)
             assert current_run_id() == run.id
@@ -156,7 +159,7 @@ def test_a_failed_run_is_rolled_back_in_every_scope_it_touched(manager: GlobalSt
                 .update_state("ptk", 1, scope="team")
             )
 
-    with pytest.raises(RuntimeError, match="agent crashed") as info:
+    with pytest.raises(RunFailedError, match="agent crashed") as info:
         with manager.run("s1", timeout=10) as run:
             conv.apply(
                 TransitionBatch()
@@ -185,11 +188,13 @@ def test_a_failed_run_is_rolled_back_in_every_scope_it_touched(manager: GlobalSt
             raise RuntimeError("agent crashed")
 
     exc = info.value
-    report = exc.rollback_report  # type: ignore[attr-defined]
+    report = exc.rollback_report
     assert isinstance(report, RollbackReport) and report is run.rollback_report
     assert run.status == "rolled_back"
     assert report.run_id == run.id and "agent crashed" in report.reason and report.conflicts == ()
-    assert any(f"run {run.id} was rolled back" in note for note in exc.__notes__)
+    assert f"run {run.id} failed" in str(exc) and "rolled back" in str(exc)
+    assert isinstance(exc.error, RuntimeError) and exc.__cause__ is exc.error
+    assert not hasattr(exc.error, "rollback_report")  # the caller's own exception is left untouched
     scopes = _scopes(report)
     assert set(scopes) == {"conversation:s1", "team:t"}
     mine, shared = scopes["conversation:s1"], scopes["team:t"]
@@ -223,7 +228,7 @@ def test_a_key_another_writer_changed_is_left_alone_and_reported(manager: Global
     conv = manager.get_conversation_state("s")
     conv.update({"k": "v0", "j": "j0"})
 
-    with pytest.raises(ValueError, match="tool failed") as info:
+    with pytest.raises(RunFailedError, match="tool failed") as info:
         with manager.run("s", timeout=10):
             conv.update({"k": "run", "j": "run"})
             conv.add_message("run-msg")
@@ -232,7 +237,7 @@ def test_a_key_another_writer_changed_is_left_alone_and_reported(manager: Global
             helper.join()
             raise ValueError("tool failed")
 
-    report = info.value.rollback_report  # type: ignore[attr-defined]
+    report = info.value.rollback_report
     assert conv.get("k") == "other" and conv.get("j") == "j0"
     assert conv.snapshot().messages == ()
     assert len(report.conflicts) == 1 and "'k'" in report.conflicts[0]
@@ -240,15 +245,15 @@ def test_a_key_another_writer_changed_is_left_alone_and_reported(manager: Global
     assert (
         scope.keys_restored == ("j",) and scope.conflicts == report.conflicts and scope.messages_removed == 1
     )
-    notes = "\n".join(info.value.__notes__)
-    assert "'k'" in notes and "another writer" in notes
+    message = str(info.value)
+    assert "'k'" in message and "another writer" in message
 
 
 def test_a_rollback_is_durable(tmp_path: Path) -> None:
     with GlobalStateManager.open(tmp_path) as manager:
         conv = manager.get_conversation_state("s", team_id="t")
         conv.set("keep", 1)
-        with contextlib.suppress(RuntimeError):
+        with contextlib.suppress(RunFailedError):
             with manager.run("s", timeout=10):
                 conv.apply(
                     TransitionBatch()
@@ -287,7 +292,7 @@ def test_a_runs_team_messages_are_removed_after_an_earlier_rollback_shifted_them
 
     thread = threading.Thread(target=run_a)
     thread.start()
-    with pytest.raises(RuntimeError, match="b fails") as info:
+    with pytest.raises(RunFailedError, match="b fails") as info:
         with manager.run("b", timeout=10):
             assert a_wrote.wait(5)
             b.apply(TransitionBatch().add_message("from b", scope="team"))
@@ -296,7 +301,7 @@ def test_a_runs_team_messages_are_removed_after_an_earlier_rollback_shifted_them
             assert team.snapshot().messages == ("from b",)  # A's rollback is done
             raise RuntimeError("b fails")
 
-    report = info.value.rollback_report  # type: ignore[attr-defined]
+    report = info.value.rollback_report
     assert team.snapshot().messages == (), f"B's message was left in the team; report: {report}"
     assert report.conflicts == ()
 
@@ -323,7 +328,7 @@ def test_a_run_past_its_timeout_raises_and_is_rolled_back(manager: GlobalStateMa
                 asyncio.run(conv.aset("b", 2))
             assert (conv.version, team.version) == (version, 0)
 
-    report = info.value.rollback_report  # type: ignore[attr-defined]
+    report = info.value.rollback_report
     assert report is run.rollback_report and report.reason == "timed out"
     (scope,) = report.scopes
     assert scope.keys_restored == ("a",) and scope.messages_removed == 1 and scope.version == 2
@@ -339,7 +344,7 @@ def test_the_runs_timeout_bounds_each_requests_deadline(manager: GlobalStateMana
         busy.set()
         time.sleep(1.0)
 
-    manager.inject_fault(conv.ref, hang)  # the next request keeps the actor busy for a second
+    inject_fault(manager, conv.ref, hang)  # the next request keeps the actor busy for a second
     blocker = threading.Thread(target=lambda: conv.set("first", 1))
     blocker.start()
     assert busy.wait(5)
@@ -347,7 +352,7 @@ def test_the_runs_timeout_bounds_each_requests_deadline(manager: GlobalStateMana
         with manager.run("s", timeout=0.3):
             conv.set("late", 1, timeout=30)  # asks for 30 s; the run allows 0.3
     blocker.join(10)
-    assert isinstance(info.value.rollback_report, RollbackReport)  # type: ignore[attr-defined]
+    assert isinstance(info.value.rollback_report, RollbackReport)
     conv.set("probe", 1)  # handled after the late request, which expired in the mailbox
     assert conv.get("late") is None
     assert conv.to_dict() == {"first": 1, "probe": 1} and conv.version == 2
@@ -359,14 +364,14 @@ def test_a_write_the_actor_accepted_before_the_deadline_is_rolled_back_even_if_a
     """A slow commit (a slow disk, say) that lands after the run gave up waiting is still the run's."""
     conv = manager.get_conversation_state("s")
     events = Events(conv)
-    manager.inject_fault(conv.ref, lambda: time.sleep(0.6))  # accepted in time, committed late
+    inject_fault(manager, conv.ref, lambda: time.sleep(0.6))  # accepted in time, committed late
     with pytest.raises(DeadlineExceededError) as info:
         with manager.run("s", timeout=0.3) as run:
             conv.set("slow", 1)
     (event, _seen) = events.wait(1)[0]
     assert event.run_id == run.id  # the commit is the run's own write
     assert _wait_for(lambda: conv.get("slow") is None, 2.0), (
-        f"the run's write survived its rollback: {conv.to_dict()}, report {info.value.rollback_report}"  # type: ignore[attr-defined]
+        f"the run's write survived its rollback: {conv.to_dict()}, report {info.value.rollback_report}"
     )
 
 
@@ -387,7 +392,7 @@ def test_an_async_run_timeout_cancels_the_body_and_rolls_back(manager: GlobalSta
         asyncio.run(main())
     assert reached == []
     assert isinstance(info.value.__cause__, TimeoutError)
-    scopes = _scopes(info.value.rollback_report)  # type: ignore[attr-defined]
+    scopes = _scopes(info.value.rollback_report)
     assert scopes["conversation:s"].keys_restored == ("a",) and scopes["team:t"].keys_restored == ("t",)
     assert conv.to_dict() == {} and team.to_dict() == {} and conv.snapshot().messages == ()
 
@@ -401,9 +406,9 @@ def test_an_async_run_that_raises_is_rolled_back(manager: GlobalStateManager) ->
             await conv.aadd_message("m")
             raise KeyError("lost tool")
 
-    with pytest.raises(KeyError) as info:
+    with pytest.raises(RunFailedError) as info:
         asyncio.run(main())
-    report = info.value.rollback_report  # type: ignore[attr-defined]
+    report = info.value.rollback_report
     assert set(_scopes(report)) == {"conversation:s", "team:t"}
     assert conv.to_dict() == {} and manager.get_team_state("t").to_dict() == {}
     assert conv.snapshot().messages == ()
@@ -416,7 +421,7 @@ def test_an_async_run_that_raises_is_rolled_back(manager: GlobalStateManager) ->
 def test_subscriptions_made_through_a_run_end_with_it(manager: GlobalStateManager, fails: bool) -> None:
     conv = manager.get_conversation_state("s")
     got: list[int] = []
-    with contextlib.suppress(RuntimeError):
+    with contextlib.suppress(RunFailedError):
         with manager.run("s", timeout=10) as run:
             sub = run.subscribe(conv, lambda e: got.append(e.version))
             conv.set("k", 1)
@@ -556,8 +561,15 @@ def test_fifty_concurrent_runs_sharing_a_team_leave_exactly_the_succeeded_runs_e
 
     assert failed == sorted(failing)
     for i in failed:
-        expected_type = DeadlineExceededError if plan[i][0] == "timeout" else RuntimeError
-        assert isinstance(outcome[i], expected_type), (i, outcome[i])
+        failure = outcome[i]
+        if plan[i][0] == "timeout":
+            assert isinstance(failure, RunTimeoutError), (i, failure)
+        else:  # the body's own error, untouched, inside the run's error
+            assert isinstance(failure, RunFailedError) and isinstance(failure.error, RuntimeError), (
+                i,
+                failure,
+            )
+            assert failure.__cause__ is failure.error
         report = reports[i]
         assert isinstance(report, RollbackReport) and report.run_id == runs[i].id
         assert any(s.version is not None for s in report.scopes), f"run {i} reported nothing rolled back"
@@ -595,7 +607,7 @@ def test_run_ids_never_leak_between_concurrent_runs(manager: GlobalStateManager)
         conv = manager.scope(f"conversation:th{i}")
         start.wait(10)
         with manager.run(f"th{i}", timeout=30) as run:
-            manager.inject_fault(conv.ref, lambda: check(run.id, "actor"))
+            inject_fault(manager, conv.ref, lambda: check(run.id, "actor"))
             for j in range(8):
                 check(run.id, "thread body")
                 if conv.set("j", j).run_id != run.id:
@@ -617,7 +629,7 @@ def test_run_ids_never_leak_between_concurrent_runs(manager: GlobalStateManager)
     async def task_agent(i: int) -> None:
         conv = manager.scope(f"conversation:as{i}")
         async with manager.arun(f"as{i}", timeout=30) as run:
-            manager.inject_fault(conv.ref, lambda: check(run.id, "actor"))
+            inject_fault(manager, conv.ref, lambda: check(run.id, "actor"))
             for j in range(8):
                 check(run.id, "task body")
                 record = await conv.aset("j", j)
@@ -671,7 +683,7 @@ def test_a_key_written_twice_around_another_writer_is_left_and_reported(manager:
     """Undoing by value alone would put the counter back to 5 and erase the other writer's +1."""
     team = manager.get_team_state("t")
     team.set("counter", 5)
-    with pytest.raises(RuntimeError) as info:
+    with pytest.raises(RunFailedError) as info:
         with manager.run("r", timeout=10):
             team.set("counter", 6)  # the run: 5 -> 6
             other = threading.Thread(target=lambda: team.set("counter", 7))  # someone else: 6 -> 7
@@ -679,6 +691,6 @@ def test_a_key_written_twice_around_another_writer_is_left_and_reported(manager:
             other.join()
             team.set("counter", 8)  # the run again: 7 -> 8
             raise RuntimeError("the agent failed")
-    report = info.value.rollback_report  # type: ignore[attr-defined]
+    report = info.value.rollback_report
     assert team.get("counter") == 8  # left as it is: no value would undo only the run's share
     assert any("between the run's writes" in c for c in report.conflicts)

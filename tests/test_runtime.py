@@ -27,6 +27,7 @@ from victor_actors import (
     VersionConflictError,
     VictorActorsError,
 )
+from victor_actors.testing import inject_fault
 
 # -- the tree ---------------------------------------------------------------
 
@@ -366,7 +367,7 @@ def test_a_failure_inside_one_scope_stops_no_other(manager: GlobalStateManager, 
     a = manager.get_conversation_state("a")
     b = manager.get_conversation_state("b")
     a.set("k", 1)
-    manager.inject_fault(a.ref, exc)
+    inject_fault(manager, a.ref, exc)
     with pytest.raises(ScopeFailedError, match="nothing was applied"):
         a.set("k", 2)
     assert a.get("k") == 1 and a.version == 1
@@ -376,7 +377,7 @@ def test_a_failure_inside_one_scope_stops_no_other(manager: GlobalStateManager, 
 
 def test_request_expiring_in_the_mailbox_is_not_applied(manager: GlobalStateManager) -> None:
     conv = manager.get_conversation_state("c")
-    manager.inject_fault(conv.ref, lambda: time.sleep(0.4))  # the next request hangs the actor a while
+    inject_fault(manager, conv.ref, lambda: time.sleep(0.4))  # the next request hangs the actor a while
     slow = threading.Thread(target=lambda: conv.set("slow", 1))
     slow.start()
     time.sleep(0.05)
@@ -391,7 +392,7 @@ def test_request_expiring_in_the_mailbox_is_not_applied(manager: GlobalStateMana
 
 def test_async_deadline(manager: GlobalStateManager) -> None:
     conv = manager.get_conversation_state("c")
-    manager.inject_fault(conv.ref, lambda: time.sleep(0.3))
+    inject_fault(manager, conv.ref, lambda: time.sleep(0.3))
 
     async def main() -> None:
         first = asyncio.ensure_future(conv.aset("slow", 1))
@@ -408,7 +409,7 @@ def test_async_deadline(manager: GlobalStateManager) -> None:
 def test_awaiting_a_busy_actor_leaves_the_loop_free(manager: GlobalStateManager) -> None:
     convs = [manager.get_conversation_state(f"c{i}") for i in range(4)]
     for c in convs:
-        manager.inject_fault(c.ref, lambda: time.sleep(0.8))
+        inject_fault(manager, c.ref, lambda: time.sleep(0.8))
 
     async def main() -> tuple[float, float]:
         gaps: list[float] = []

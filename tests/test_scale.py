@@ -16,6 +16,7 @@ from victor_actors import (
     StateChanged,
     TransitionBatch,
 )
+from victor_actors.testing import inject_fault
 
 
 def _live(handle: object) -> bool:
@@ -90,7 +91,7 @@ def test_reject_backpressure_refuses_at_once_and_applies_nothing() -> None:
     with GlobalStateManager.open(mailbox_size=2, backpressure="reject", request_timeout=5.0) as m:
         conv = m.get_conversation_state("c")
         release = threading.Event()
-        m.inject_fault(conv.ref, lambda: release.wait(5.0))  # the actor is stuck on the first request
+        inject_fault(m, conv.ref, lambda: release.wait(5.0))  # the actor is stuck on the first request
         first = threading.Thread(target=conv.set, args=("a", 1))
         first.start()
         assert _wait_for(lambda: conv._cell.busy)
@@ -113,7 +114,7 @@ def test_wait_backpressure_waits_for_room_then_its_deadline() -> None:
     with GlobalStateManager.open(mailbox_size=1, backpressure="wait") as m:
         conv = m.get_conversation_state("c")
         release = threading.Event()
-        m.inject_fault(conv.ref, lambda: release.wait(5.0))
+        inject_fault(m, conv.ref, lambda: release.wait(5.0))
         first = threading.Thread(target=conv.set, args=("a", 1))
         first.start()
         assert _wait_for(lambda: conv._cell.busy)

@@ -17,13 +17,13 @@ import pytest
 from victor_actors import (
     CheckpointCorruptError,
     CheckpointNotFoundError,
-    Codec,
     GlobalStateManager,
     ScopeAccessError,
     ScopeRef,
     StoreLockedError,
     TransitionBatch,
 )
+from victor_actors.lowlevel import Codec
 from victor_actors.store import versioned_key
 
 

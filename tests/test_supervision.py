@@ -22,11 +22,12 @@ from victor_actors import (
     ScopeHandle,
     ScopeRef,
     Subscription,
-    SupervisionEvent,
     TransitionBatch,
     TransitionValidationError,
     VersionConflictError,
 )
+from victor_actors.lowlevel import SupervisionEvent
+from victor_actors.testing import inject_fault
 
 GLOBAL = "global:global"
 
@@ -75,7 +76,7 @@ class Recorder:
 
 def _fail(manager: GlobalStateManager, handle: ScopeHandle, exc: BaseException | None = None) -> None:
     """Make ``handle``'s actor fail on one write; the caller gets ScopeFailedError."""
-    manager.inject_fault(handle.ref, exc if exc is not None else RuntimeError(f"{handle.ref} breaks"))
+    inject_fault(manager, handle.ref, exc if exc is not None else RuntimeError(f"{handle.ref} breaks"))
     with pytest.raises(ScopeFailedError, match="nothing was applied"):
         handle.set("never", "applied")
 
@@ -124,7 +125,7 @@ def test_a_child_crashing_mid_batch_restarts_alone_from_its_committed_state(
         t.start()
     assert _wait_for(lambda: writes["b"] > 0 and writes["c"] > 0)
 
-    manager.inject_fault(a.ref, exc)
+    inject_fault(manager, a.ref, exc)
     batch = (
         TransitionBatch()
         .update_state("k", 2)
@@ -173,7 +174,7 @@ def test_a_child_crashing_mid_batch_restarts_alone_from_its_committed_state(
 def test_the_async_caller_gets_scope_failed_error_and_the_scope_restarts(manager: GlobalStateManager) -> None:
     conv = manager.get_conversation_state("c")
     conv.set("k", 1)
-    manager.inject_fault(conv.ref, RuntimeError("async boom"))
+    inject_fault(manager, conv.ref, RuntimeError("async boom"))
 
     async def main() -> None:
         with pytest.raises(ScopeFailedError, match="async boom"):
@@ -190,7 +191,7 @@ def test_a_failure_while_preparing_a_cross_scope_batch_applies_nowhere(manager: 
     team = manager.get_team_state("t")
     conv.apply(TransitionBatch().update_state("k", 1).update_state("tk", 1, scope="team"))
     events = Recorder(manager)
-    manager.inject_fault(team.ref, RuntimeError("team breaks in prepare"))
+    inject_fault(manager, team.ref, RuntimeError("team breaks in prepare"))
     with pytest.raises(ScopeFailedError):
         conv.apply(TransitionBatch().update_state("k", 2).update_state("tk", 2, scope="team"))
     assert (conv.get("k"), team.get("tk"), conv.version, team.version) == (1, 1, 1, 1)
@@ -242,9 +243,9 @@ def test_requests_queued_behind_the_failing_one_are_served_after_the_restart(
         time.sleep(0.2)
         raise RuntimeError("crash after a while")
 
-    manager.inject_fault(conv.ref, slow_crash)
+    inject_fault(manager, conv.ref, slow_crash)
     # Runs on the first queued request, in the actor, before it applies.
-    manager.inject_fault(conv.ref, lambda: restarts_seen.append(conv._cell.restarts))
+    inject_fault(manager, conv.ref, lambda: restarts_seen.append(conv._cell.restarts))
 
     outcomes: dict[int, object] = {}
 

@@ -21,6 +21,7 @@ import pytest
 
 from victor_actors import (
     GlobalStateManager,
+    RunFailedError,
     ScopeHandle,
     ScopeRef,
     StateChanged,
@@ -84,7 +85,7 @@ def _threaded_agents(manager: GlobalStateManager, agents: int, steps: int) -> li
                     .update_state(f"never-{name}", 1, scope="team")
                     .tool_result("search", "x", request_id="nobody-asked")
                 )
-            with pytest.raises(RuntimeError), manager.run(name, timeout=5):
+            with pytest.raises(RunFailedError), manager.run(name, timeout=5):
                 conv.apply(TransitionBatch().add_message(f"{name}: doomed").update_state("doomed", True))
                 raise RuntimeError("the agent crashed")
         except BaseException as exc:  # pragma: no cover - reported below

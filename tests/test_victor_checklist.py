@@ -30,7 +30,6 @@ import pytest
 from victor_actors import (
     ContextSnapshot,
     CoordinatorResult,
-    FrozenDict,
     GlobalStateManager,
     ScopeAccessError,
     ScopeClosedError,
@@ -42,6 +41,7 @@ from victor_actors import (
     TransitionValidationError,
     VictorActorsError,
 )
+from victor_actors.lowlevel import FrozenDict
 
 T = TransitionType
 

@@ -3,14 +3,21 @@
 Conversations, workflows, teams and the global scope are each owned by one
 pykka actor that serialises their mutations; everyone else reads immutable
 snapshots. See ``docs/architecture.md``.
+
+The top level holds what orchestrator code uses; the pieces below it (the
+reducer, state values, the codec, reports) are in :mod:`victor_actors.lowlevel`,
+the store in :mod:`victor_actors.store`, test hooks in
+:mod:`victor_actors.testing`.
 """
 
 from __future__ import annotations
 
 import logging
+import warnings
+from typing import Any
 
 from victor_actors._context import current_run_id
-from victor_actors._coordinator import Coordinator, CoordinatorRunner, LoopResult, StepRecord, merge
+from victor_actors._coordinator import Coordinator, CoordinatorRunner
 from victor_actors._errors import (
     BackpressureError,
     CheckpointCorruptError,
@@ -36,64 +43,43 @@ from victor_actors._model import (
     TransitionBatch,
     TransitionType,
 )
-from victor_actors._reducer import reduce
-from victor_actors._runs import RollbackReport, Run, ScopeRollback
-from victor_actors._state import (
-    ContextSnapshot,
-    KeyChange,
-    MapView,
-    MessageLog,
-    ScopeState,
-    StateChanged,
-)
-from victor_actors._supervision import SupervisionEvent, SupervisionPolicy
-from victor_actors._tools import ToolCall
-from victor_actors._values import FrozenDict, freeze, register_converter, thaw
-from victor_actors.store import CheckpointInfo, RecoveryReport
-from victor_actors.store._codec import SCHEMA_VERSION, Codec
+from victor_actors._rollback import RollbackReport, RunFailedError, RunTimeoutError
+from victor_actors._runs import Run, RunContext
+from victor_actors._state import ContextSnapshot, StateChanged
+from victor_actors._tools import ToolCall, ToolDispatcher
 
 logging.getLogger("victor_actors").addHandler(logging.NullHandler())
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
-    "SCHEMA_VERSION",
     "BackpressureError",
     "CheckpointCorruptError",
-    "CheckpointInfo",
     "CheckpointNotFoundError",
-    "Codec",
-    "Coordinator",
     "ContextSnapshot",
+    "Coordinator",
     "CoordinatorResult",
     "CoordinatorRunner",
     "DeadlineExceededError",
-    "FrozenDict",
     "GlobalStateManager",
-    "KeyChange",
-    "LoopResult",
-    "MapView",
-    "MessageLog",
+    "RollbackReport",
+    "Run",
+    "RunContext",
+    "RunFailedError",
+    "RunTimeoutError",
     "RuntimeClosedError",
     "ScopeAccessError",
     "ScopeClosedError",
     "ScopeFailedError",
     "ScopeHandle",
     "ScopeRef",
-    "RecoveryReport",
-    "RollbackReport",
-    "Run",
-    "ScopeRollback",
-    "ScopeState",
     "StateChanged",
     "StateScope",
     "StateTransition",
-    "StepRecord",
     "StoreLockedError",
     "Subscription",
     "ToolCall",
-    "SupervisionEvent",
-    "SupervisionPolicy",
+    "ToolDispatcher",
     "TransitionBatch",
     "TransitionType",
     "TransitionValidationError",
@@ -101,9 +87,42 @@ __all__ = [
     "VictorActorsError",
     "__version__",
     "current_run_id",
-    "freeze",
-    "merge",
-    "reduce",
-    "register_converter",
-    "thaw",
 ]
+
+# Names that left the top level in 0.2.0, and the module that has them now. They keep
+# working from here for one release, with a DeprecationWarning.
+_MOVED = {
+    "SCHEMA_VERSION": "victor_actors.lowlevel",
+    "Codec": "victor_actors.lowlevel",
+    "FrozenDict": "victor_actors.lowlevel",
+    "KeyChange": "victor_actors.lowlevel",
+    "MapView": "victor_actors.lowlevel",
+    "MessageLog": "victor_actors.lowlevel",
+    "ScopeState": "victor_actors.lowlevel",
+    "freeze": "victor_actors.lowlevel",
+    "thaw": "victor_actors.lowlevel",
+    "register_converter": "victor_actors.lowlevel",
+    "reduce": "victor_actors.lowlevel",
+    "CheckpointInfo": "victor_actors.lowlevel",
+    "RecoveryReport": "victor_actors.lowlevel",
+    "ScopeRollback": "victor_actors.lowlevel",
+    "SupervisionEvent": "victor_actors.lowlevel",
+    "SupervisionPolicy": "victor_actors.lowlevel",
+    "LoopResult": "victor_actors.lowlevel",
+    "StepRecord": "victor_actors.lowlevel",
+    "merge": "victor_actors.lowlevel",
+}
+
+
+def __getattr__(name: str) -> Any:
+    where = _MOVED.get(name)
+    if where is None:
+        raise AttributeError(f"module 'victor_actors' has no attribute {name!r}")
+    warnings.warn(
+        f"victor_actors.{name} moved to {where}.{name}; the old name goes in the next release",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    import importlib
+
+    return getattr(importlib.import_module(where), name)

@@ -33,7 +33,7 @@ from victor_actors._reducer import reduce
 from victor_actors._reducer import reset as _reset_step
 from victor_actors._state import ScopeState, StateChanged
 
-__all__ = ["ApplyRequest", "AsyncReply", "ScopeActor", "ScopeCell", "mailbox_depth"]
+__all__ = ["ApplyRequest", "AsyncReply", "Barrier", "ScopeActor", "ScopeCell", "mailbox_depth"]
 
 logger = logging.getLogger("victor_actors")
 _stack_lock = threading.Lock()
@@ -152,6 +152,12 @@ class ApplyRequest:
 Persist = Callable[[ScopeState, StateChanged, ApplyRequest], None]
 
 
+class Barrier:
+    """Answered as soon as the actor reaches it: everything sent before it was handled."""
+
+    __slots__ = ()
+
+
 class RestartRequest:
     """Rebuild this scope's state from its last committed state (sent by its supervisor)."""
 
@@ -231,6 +237,8 @@ class ScopeActor(pykka.ThreadingActor):
             cell.last_active = time.monotonic()
 
     def _dispatch(self, message: Any) -> Any:
+        if message.__class__ is Barrier:
+            return None
         observer = self._cell.observer
         if observer is not None:
             observer("received", self._cell.state.ref, message)

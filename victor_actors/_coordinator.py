@@ -35,7 +35,7 @@ from victor_actors._state import ContextSnapshot, StateChanged
 if TYPE_CHECKING:
     from victor_actors._handle import ScopeHandle
 
-__all__ = ["Coordinator", "CoordinatorRunner", "LoopResult", "StepRecord"]
+__all__ = ["Coordinator", "CoordinatorRunner", "LoopResult", "StepRecord", "UnknownHandoffError", "merge"]
 
 logger = logging.getLogger("victor_actors")
 
@@ -66,6 +66,17 @@ class LoopResult:
     steps: tuple[StepRecord, ...]
     snapshot: ContextSnapshot
     stopped_because: str  # "should_continue=False", "no handoff", "max_steps"
+
+
+class UnknownHandoffError(VictorActorsError):
+    """A coordinator handed off to a name nobody registered.
+
+    ``loop_result`` holds the steps made before it, which stand.
+    """
+
+    def __init__(self, message: str, *, loop_result: LoopResult) -> None:
+        super().__init__(message)
+        self.loop_result = loop_result
 
 
 def merge(*results: CoordinatorResult) -> CoordinatorResult:
@@ -239,12 +250,11 @@ class CoordinatorRunner:
         assert name is not None
         if name not in self.coordinators:
             known = ", ".join(sorted(self.coordinators)) or "none"
-            err = VictorActorsError(
+            raise UnknownHandoffError(
                 f"{record.coordinator} handed off to {name!r}, which is not registered "
-                f"(registered: {known}); the {len(steps)} step(s) before it stand"
+                f"(registered: {known}); the {len(steps)} step(s) before it stand",
+                loop_result=LoopResult(tuple(steps), snapshot, f"unknown handoff {name!r}"),
             )
-            err.loop_result = LoopResult(tuple(steps), snapshot, f"unknown handoff {name!r}")  # type: ignore[attr-defined]
-            raise err
         return name
 
     async def arun(

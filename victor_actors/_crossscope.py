@@ -176,13 +176,12 @@ def split_by_scope(
 
 def _access(ref: ScopeRef, index: int, t: StateTransition, target: str) -> ScopeAccessError:
     what = f"the {target} scope" if ":" not in target else target
-    err = ScopeAccessError(
+    return ScopeAccessError(
         f"transition {index} ({t.transition_type.name}) targets {what}, which is "
-        f"neither {ref} nor one of its ancestors (a batch may write only there); nothing was applied"
+        f"neither {ref} nor one of its ancestors (a batch may write only there); nothing was applied",
+        index=index,
+        transition_type=t.transition_type.name,
     )
-    err.index = index  # type: ignore[attr-defined]
-    err.transition_type = t.transition_type.name  # type: ignore[attr-defined]
-    return err
 
 
 def expected_for(expected: Any, ref: ScopeRef, applying: ScopeRef) -> int | None:

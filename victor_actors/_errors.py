@@ -27,7 +27,21 @@ __all__ = [
 
 
 class VictorActorsError(Exception):
-    """Root of every error raised by victor_actors."""
+    """Root of every error raised by victor_actors.
+
+    ``index`` and ``transition_type`` name the transition of a batch that
+    caused the error, when one did (else both are None).
+    """
+
+    index: int | None = None
+    transition_type: str | None = None
+
+    def __init__(self, *args: object, index: int | None = None, transition_type: str | None = None) -> None:
+        super().__init__(*args)
+        if index is not None:
+            self.index = index
+        if transition_type is not None:
+            self.transition_type = transition_type
 
 
 class TransitionValidationError(VictorActorsError, ValueError):
@@ -47,9 +61,7 @@ class TransitionValidationError(VictorActorsError, ValueError):
         transition_type: str | None = None,
         field: str | None = None,
     ) -> None:
-        super().__init__(message)
-        self.index = index
-        self.transition_type = transition_type
+        super().__init__(message, index=index, transition_type=transition_type)
         self.field = field
 
 

@@ -76,10 +76,20 @@ class EventBus:
         self._name = name
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
+        self.published = 0  # events handed to the thread so far
+
+    def barrier(self, timeout: float) -> bool:
+        """Return once every event queued before the call was delivered; False on timeout."""
+        if self._thread is None:
+            return True
+        reached = threading.Event()
+        self._queue.put(reached)
+        return reached.wait(timeout)
 
     def publish(self, subscribers: tuple[Subscription, ...], event: StateChanged) -> None:
         if self._thread is None:
             self._start()
+        self.published += 1
         self._queue.put((subscribers, event))
 
     def _start(self) -> None:
@@ -95,6 +105,9 @@ class EventBus:
             item = get()
             if item is _STOP:
                 return
+            if item.__class__ is threading.Event:
+                item.set()  # a barrier: everything queued before it was delivered
+                continue
             subscribers, event = item
             for sub in subscribers:
                 sub.deliver(event)

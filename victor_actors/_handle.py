@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import pykka
@@ -18,6 +18,7 @@ from victor_actors._errors import (
     ScopeAccessError,
     ScopeFailedError,
     TransitionValidationError,
+    VersionConflictError,
 )
 from victor_actors._events import Subscription
 from victor_actors._model import (
@@ -30,6 +31,7 @@ from victor_actors._model import (
 )
 from victor_actors._runs import CURRENT_RUN, run_bound_deadline
 from victor_actors._state import ContextSnapshot, StateChanged
+from victor_actors._twins import Step, StepGen, adrive, drive
 from victor_actors._values import thaw
 
 if TYPE_CHECKING:
@@ -325,6 +327,73 @@ class ScopeHandle:
         finally:
             timer.cancel()
         return self._ran(record) if req.run_id is not None else record
+
+    def _modify(
+        self, fn: Callable[[ContextSnapshot], Any], retries: int, timeout: float | None
+    ) -> StepGen[StateChanged]:
+        """The optimistic read-modify-write loop, once for :meth:`modify` and :meth:`amodify`."""
+        if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
+            raise ValueError(f"retries must be an int of at least 0, not {retries!r}")
+        if not callable(fn):
+            raise TypeError("modify takes a callable: fn(snapshot) -> batch")
+        for attempt in range(1, retries + 2):
+            snapshot = self.snapshot()
+            transitions = _transitions((yield Step(fn, None, snapshot)))
+            expected = self._read_versions(snapshot, transitions)
+            try:
+                record: StateChanged = yield Step(
+                    self.apply, self.aapply, transitions, expected_version=expected, timeout=timeout
+                )
+                return record
+            except VersionConflictError as exc:
+                if attempt > retries:
+                    exc.add_note(f"modify gave up after {attempt} attempts, each with a fresh snapshot")
+                    raise
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _read_versions(
+        self, snapshot: ContextSnapshot, transitions: tuple[StateTransition, ...]
+    ) -> int | dict[ScopeRef, int]:
+        """The snapshot's versions of the scopes ``transitions`` write (this one, and any ancestor)."""
+        parts = split_by_scope(self, transitions)
+        if parts is None:
+            return snapshot.version
+        return {ref: v for ref, v in snapshot.versions().items() if ref in parts}
+
+    def modify(
+        self,
+        fn: Callable[[ContextSnapshot], BatchLike],
+        *,
+        retries: int = 5,
+        timeout: float | None = None,
+    ) -> StateChanged:
+        """Read-modify-write without lost updates: ``fn(snapshot)`` returns the batch to apply.
+
+        The batch is applied with the snapshot's versions of the scopes it
+        writes as ``expected_version``. If another writer committed first
+        (:class:`VersionConflictError`), ``fn`` is called again with a fresh
+        snapshot, up to ``retries`` more times. ``fn`` may be called several
+        times, so keep it free of side effects; an error it raises propagates
+        and nothing is applied. For one hot scope shared by many writers,
+        :meth:`transact` does one round of messages per write instead.
+
+        Raises:
+            VersionConflictError: still conflicting after the last retry
+                (a note says how many attempts were made); nothing of the
+                last attempt was applied.
+            The errors of :meth:`apply`.
+        """
+        return drive(self._modify(fn, retries, timeout), "modify's fn")
+
+    async def amodify(
+        self,
+        fn: Callable[[ContextSnapshot], BatchLike | Awaitable[BatchLike]],
+        *,
+        retries: int = 5,
+        timeout: float | None = None,
+    ) -> StateChanged:
+        """The asyncio twin of :meth:`modify`; ``fn`` may also be ``async``."""
+        return await adrive(self._modify(fn, retries, timeout))
 
     def transact(
         self,

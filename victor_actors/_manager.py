@@ -9,15 +9,16 @@ import logging
 import os
 import threading
 import time
+import warnings
 import weakref
 from collections.abc import Callable
 from typing import Any, ClassVar
 
 import pykka
 
-from victor_actors._actor import RestartRequest, ScopeActor, ScopeCell, mailbox_depth
+from victor_actors._actor import Barrier, RestartRequest, ScopeActor, ScopeCell, mailbox_depth
 from victor_actors._checkpoints import DURABILITY_MODES, CheckpointsMixin
-from victor_actors._errors import RuntimeClosedError, ScopeAccessError
+from victor_actors._errors import DeadlineExceededError, RuntimeClosedError, ScopeAccessError
 from victor_actors._events import EventBus, Subscription
 from victor_actors._handle import ScopeHandle
 from victor_actors._model import GLOBAL_REF, ScopeRef, StateScope
@@ -466,13 +467,15 @@ class GlobalStateManager(CheckpointsMixin):
             self.release_sessions(session_ids)
 
     def set_observer(self, observer: Callable[[str, ScopeRef, Any], None] | None) -> None:
-        """Watch every scope actor: ``observer(kind, ref, obj)`` on the actor's thread.
+        """Deprecated: use ``victor_actors.testing.set_observer(manager, observer)``."""
+        warnings.warn(
+            "manager.set_observer is deprecated; use victor_actors.testing.set_observer(manager, observer)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        self._set_observer(observer)
 
-        ``kind`` is ``"received"`` (``obj`` is the request message) or
-        ``"published"`` (``obj`` is the commit's ``StateChanged``). For test
-        recorders (``victor_actors.testing``); it must be quick and must not
-        block or call back into the scope. None turns it off.
-        """
+    def _set_observer(self, observer: Callable[[str, ScopeRef, Any], None] | None) -> None:
         with self._lock:
             self._observer = observer
             for entry in self._scopes.values():
@@ -535,6 +538,54 @@ class GlobalStateManager(CheckpointsMixin):
     def arun(self, session_id: str, timeout: float = 30.0) -> RunContext:
         """``async with manager.arun(session_id, timeout=30.0) as run:``; the timeout cancels the body."""
         return self.run(session_id, timeout)
+
+    def quiesce(self, timeout: float = 10.0) -> None:
+        """Return once the runtime is quiet: every mailbox empty, every event and tool result delivered.
+
+        Repeats rounds (wait for running tools, pass a barrier through every
+        live actor's mailbox and through the event thread) until a whole
+        round saw no new commit, so writes that subscribers or tools make in
+        answer to other writes are waited for too. For tests and orderly
+        shutdowns; it does not stop anyone from sending more.
+
+        Raises:
+            DeadlineExceededError: still busy after ``timeout`` seconds.
+        """
+        end = time.monotonic() + timeout
+        while True:
+            before = self._activity()
+            quiet = self.tools.wait_idle(max(end - time.monotonic(), 0.0))
+            futures = []
+            for entry in list(self._scopes.values()):
+                with entry.cell.lock:
+                    actor = entry.cell.actor
+                    if actor is not None:
+                        futures.append(actor.ask(Barrier(), block=False))
+            for future in futures:
+                try:
+                    future.get(timeout=max(end - time.monotonic(), 0.0))
+                except pykka.Timeout:
+                    quiet = False
+                except pykka.ActorDeadError:
+                    pass
+            quiet = self._bus.barrier(max(end - time.monotonic(), 0.0)) and quiet
+            if quiet and self._activity() == before:
+                return
+            if time.monotonic() >= end:
+                raise DeadlineExceededError(
+                    f"the runtime was still busy after {timeout} s (commits, events or tools in flight)"
+                )
+
+    async def aquiesce(self, timeout: float = 10.0) -> None:
+        """The asyncio twin of :meth:`quiesce`; the event loop stays free meanwhile."""
+        await asyncio.to_thread(self.quiesce, timeout)
+
+    def _activity(self) -> tuple[int, int, int]:
+        return (
+            sum(e.cell.commits for e in list(self._scopes.values())),
+            self.tools.dispatched,
+            self._bus.published,
+        )
 
     def stats(self) -> dict[str, int]:
         """Counters: live and passivated scopes, activations, evictions, mailbox depth, commits,
@@ -662,12 +713,15 @@ class GlobalStateManager(CheckpointsMixin):
         return sub
 
     def inject_fault(self, ref: ScopeRef | str, fault: BaseException | Callable[[], Any]) -> None:
-        """Make ``ref``'s actor fail on its next request (for tests and simulations).
+        """Deprecated: use ``victor_actors.testing.inject_fault(manager, ref, fault)``."""
+        warnings.warn(
+            "manager.inject_fault is deprecated; use victor_actors.testing.inject_fault(manager, ref, fault)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        self._inject_fault(ref, fault)
 
-        ``fault`` is an exception to raise inside the actor, or a callable
-        to run there (to hang for a while, say). The request it hits fails
-        with :class:`ScopeFailedError` and applies nothing.
-        """
+    def _inject_fault(self, ref: ScopeRef | str, fault: BaseException | Callable[[], Any]) -> None:
         handle = self.scope(ref)
         self._scopes[handle.ref].cell.faults.append(fault)
 

@@ -47,10 +47,7 @@ def _fail(exc: VictorActorsError, index: int, transition: StateTransition) -> Vi
     msg = f"transition {index} ({name}) failed: {exc}; nothing was applied"
     if isinstance(exc, TransitionValidationError):
         return TransitionValidationError(msg, index=index, transition_type=name, field=exc.field)
-    new = type(exc)(msg)
-    new.index = index  # type: ignore[attr-defined]
-    new.transition_type = name  # type: ignore[attr-defined]
-    return new
+    return type(exc)(msg, index=index, transition_type=name)
 
 
 def _check_target(state: ScopeState, target: str) -> None:

@@ -15,9 +15,12 @@ every scope it touched, as ordinary commits:
   are released;
 - subscriptions made through the run are closed.
 
-The error that ended the run is raised again with the
-:class:`RollbackReport` attached as ``rollback_report`` (a timeout raises
-:class:`DeadlineExceededError`), and the report is on ``run.rollback_report``.
+If the body raised, :class:`RunFailedError` is raised from the body's error
+(``error`` and ``__cause__`` hold it, untouched) with the
+:class:`RollbackReport` as ``rollback_report``; a timeout raises
+:class:`RunTimeoutError` (a :class:`DeadlineExceededError`) with the same
+report. Cancellation and other ``BaseException`` propagate as they are. The
+report is also on ``run.rollback_report``.
 """
 
 from __future__ import annotations
@@ -38,44 +41,18 @@ from victor_actors._context import RUN_ID
 from victor_actors._errors import DeadlineExceededError
 from victor_actors._events import Subscription
 from victor_actors._model import ScopeRef
+from victor_actors._rollback import RollbackReport, RunFailedError, RunTimeoutError, ScopeRollback
 from victor_actors._state import MessageLog, ScopeState, StateChanged
 
 if TYPE_CHECKING:
     from victor_actors._handle import ScopeHandle
     from victor_actors._manager import GlobalStateManager
 
-__all__ = ["CURRENT_RUN", "RollbackReport", "Run", "RunContext", "ScopeRollback", "run_bound_deadline"]
+__all__ = ["CURRENT_RUN", "Run", "RunContext", "run_bound_deadline"]
 
 CURRENT_RUN: ContextVar[Run | None] = ContextVar("victor_actors_run", default=None)
 _ABSENT: Any = object()
 T = TypeVar("T")
-
-
-@attrs.frozen(slots=True)
-class ScopeRollback:
-    """What a rollback did in one scope."""
-
-    ref: ScopeRef
-    keys_restored: tuple[str, ...] = ()
-    messages_removed: int = 0
-    capabilities_restored: tuple[str, ...] = ()
-    stage_restored: bool = False
-    tool_requests_released: tuple[str, ...] = ()
-    conflicts: tuple[str, ...] = ()  # what another writer changed since: left as it is
-    version: int | None = None  # the rollback commit's version, None if nothing was left to undo
-
-
-@attrs.frozen(slots=True)
-class RollbackReport:
-    """What rolling back a run did, scope by scope."""
-
-    run_id: str
-    reason: str
-    scopes: tuple[ScopeRollback, ...]
-
-    @property
-    def conflicts(self) -> tuple[str, ...]:
-        return tuple(c for s in self.scopes for c in s.conflicts)
 
 
 class _Plan:
@@ -384,21 +361,29 @@ class RunContext:
         finally:
             run._close()
             run.manager._active_runs.pop(run.id, None)
-        if exc is None or isinstance(exc, TimeoutError):
-            err = DeadlineExceededError(
+        if (
+            exc is None
+            or isinstance(exc, TimeoutError)
+            or (timed_out and isinstance(exc, DeadlineExceededError))
+        ):
+            err = RunTimeoutError(
                 f"run {run.id} exceeded its timeout of {run.timeout} s; its writes were rolled back"
-                + _conflict_note(report)
+                + _conflict_note(report),
+                run_id=run.id,
+                rollback_report=report,
             )
-            err.rollback_report = report  # type: ignore[attr-defined]
             if exc is not None:
                 raise err from exc
             raise err
-        try:
-            exc.rollback_report = report  # type: ignore[attr-defined]
-            exc.add_note(f"run {run.id} was rolled back" + _conflict_note(report))
-        except (AttributeError, TypeError):
-            pass
-        return False  # the original error propagates
+        if not isinstance(exc, Exception):
+            return False  # cancellation, KeyboardInterrupt, SystemExit: propagate as they are
+        raise RunFailedError(
+            f"run {run.id} failed ({type(exc).__name__}: {exc}); its writes were rolled back"
+            + _conflict_note(report),
+            error=exc,
+            run_id=run.id,
+            rollback_report=report,
+        ) from exc
 
 
 def _conflict_note(report: RollbackReport) -> str:

@@ -37,8 +37,10 @@ from victor_actors._handle import ScopeHandle
 from victor_actors._invariants import AgentLedger, RunLedger
 from victor_actors._manager import GlobalStateManager
 from victor_actors._model import CoordinatorResult, ScopeRef, StateScope, TransitionBatch
+from victor_actors._rollback import RunFailedError
 from victor_actors._state import ContextSnapshot
 from victor_actors._tools import ToolCall
+from victor_actors.testing import inject_fault
 
 __all__ = ["KINDS", "Agent", "AsyncAgent", "Hub", "SimConfig", "SimulatedCrash", "SimulatedFailure"]
 
@@ -249,7 +251,7 @@ class _Base:
     def crash(self) -> None:
         team = self.rng.random() < self.config.team_crash_share
         ref = self.team_ref if team else self.conv.ref
-        self.hub.manager.inject_fault(ref, SimulatedCrash(f"{self.name} crashed {ref} on purpose"))
+        inject_fault(self.hub.manager, ref, SimulatedCrash(f"{self.name} crashed {ref} on purpose"))
         with self.hub.lock:
             self.hub.crashes += 1
             self.hub.team_crashes += team
@@ -304,7 +306,11 @@ class _Base:
         ``in_flight``: the run's timeout cancelled a step whose outcome was then looked up:
         True if its message is there (it committed after the rollback), False if not.
         """
-        rec.raised = type(exc).__name__
+        cause = exc.error if isinstance(exc, RunFailedError) else exc  # the body's own error
+        # a run's timeout is a RunTimeoutError: the ledger records the family, DeadlineExceededError
+        rec.raised = (
+            "DeadlineExceededError" if isinstance(cause, DeadlineExceededError) else type(cause).__name__
+        )
         report = getattr(exc, "rollback_report", None)
         rec.has_report = report is not None
         for scope in () if report is None else report.scopes:

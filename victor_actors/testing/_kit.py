@@ -1,42 +1,13 @@
-"""A testing kit for code built on victor_actors, registered as a pytest plugin.
-
-The plugin is active as soon as victor_actors is installed (entry point
-``pytest11``); nothing needs to be imported to use its fixtures.
-
-Fixtures:
-
-- ``state_manager``: a :class:`GlobalStateManager` in memory, closed after the
-  test. Mark a test ``@pytest.mark.victor_store`` to get one on an LMDB store
-  in a temporary directory instead.
-- ``recorder``: a :class:`Recorder` attached to ``state_manager``: every
-  message each scope's actor received and every commit event it published,
-  per scope, in order.
-
-Assertions (import them from ``victor_actors.testing``), each raising
-``AssertionError`` with a message listing every problem found:
-
-- :func:`assert_isolated`: no message or key of one conversation shows up in
-  another; every message and key a conversation holds came from a request
-  sent to that conversation.
-- :func:`assert_no_partial_batch`: every commit reflects the whole of its
-  request (or of its part of a cross-scope batch), and a cross-scope commit
-  was published by every scope it committed in, or by none.
-- :func:`assert_commit_order`: each scope's events have strictly consecutive
-  versions and no duplicates.
-
-See ``docs/testing.md``.
-"""
+"""The testing kit's recorder and assertions; its fixtures are in ``_plugin.py``."""
 
 from __future__ import annotations
 
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
-
-import pytest
 
 from victor_actors._actor import ApplyRequest, RestartRequest
 from victor_actors._crossscope import PrepareRequest
@@ -53,44 +24,12 @@ __all__ = [
     "assert_commit_order",
     "assert_isolated",
     "assert_no_partial_batch",
-    "recorder",
-    "state_manager",
 ]
 
 ScopeLike = ScopeRef | ScopeHandle | str
 
 # How many problems a failure message lists before it says "and N more".
 _MAX_LISTED = 20
-
-
-# -- pytest hooks and fixtures ------------------------------------------------------------------
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line(
-        "markers", "victor_store: give the state_manager fixture an LMDB store in a temporary directory"
-    )
-
-
-@pytest.fixture
-def state_manager(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[GlobalStateManager]:
-    """A manager for one test: in memory, or on LMDB with ``@pytest.mark.victor_store``."""
-    durable = request.node.get_closest_marker("victor_store") is not None
-    path = tmp_path_factory.mktemp("victor-store") if durable else None
-    manager = GlobalStateManager.open(path)
-    try:
-        yield manager
-    finally:
-        manager.close()
-
-
-@pytest.fixture
-def recorder(state_manager: GlobalStateManager) -> Iterator[Recorder]:
-    """A :class:`Recorder` attached to ``state_manager`` for the whole test, detached afterwards."""
-    with Recorder(state_manager) as rec:
-        yield rec
 
 
 # -- the recorder -----------------------------------------------------------------------------
@@ -139,7 +78,7 @@ Entry = Received | Published
 class Recorder:
     """Records, per scope, what each scope's actor received and published.
 
-    ``Recorder(manager)`` attaches at once with ``manager.set_observer``
+    ``Recorder(manager)`` attaches at once with ``set_observer``
     (pass ``attach=False`` to attach later, or never: a detached recorder
     still records whatever is passed to :meth:`observe`, which is how tests
     plant data). An observer already set on the manager, such as another
@@ -206,7 +145,7 @@ class Recorder:
                     self._baselines.setdefault(ref, entry.cell.state)
             self._live = True
             self._stopped = False
-            manager.set_observer(self.observe)
+            manager._set_observer(self.observe)
 
     def detach(self) -> None:
         """Stop recording and give the manager back its previous observer. Idempotent.
@@ -222,7 +161,7 @@ class Recorder:
                 return
             self._live = False
             if manager._observer == self.observe:
-                manager.set_observer(self._previous)
+                manager._set_observer(self._previous)
 
     @property
     def attached(self) -> bool:
