@@ -283,7 +283,7 @@ def test_a_runs_team_messages_are_removed_after_an_earlier_rollback_shifted_them
     a_wrote, b_wrote = threading.Event(), threading.Event()
 
     def run_a() -> None:
-        with contextlib.suppress(RuntimeError):
+        with contextlib.suppress(RunFailedError):
             with manager.run("a", timeout=10):
                 a.apply(TransitionBatch().add_message("from a", scope="team"))
                 a_wrote.set()
