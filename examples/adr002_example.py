@@ -26,6 +26,8 @@ import sys
 import tempfile
 from typing import Any
 
+from _checks import check, verdict
+
 from victor_actors import (
     ContextSnapshot,
     GlobalStateManager,
@@ -33,16 +35,6 @@ from victor_actors import (
     TransitionBatch,
     VictorActorsError,
 )
-
-FAILURES: list[str] = []
-
-
-def check(condition: bool, what: str) -> None:
-    """Record a failed check (an assert would vanish under ``python -O``)."""
-    if not condition:
-        FAILURES.append(what)
-        print(f"CHECK FAILED: {what}")
-
 
 MESSAGES = [
     {"role": "user", "content": "Summarise the quarterly report."},
@@ -157,8 +149,7 @@ def main() -> int:
             check(snap.messages == expected["messages"], "... with its messages")
             check(current.version == expected["version"], "the current version survived the reopen")
             check(current.messages == expected["messages"], "... and so did the messages")
-    print("all checks passed" if not FAILURES else f"{len(FAILURES)} CHECKS FAILED")
-    return 0 if not FAILURES else 1
+    return verdict()
 
 
 if __name__ == "__main__":

@@ -30,6 +30,8 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
+from _checks import check, verdict
+
 from victor_actors import (
     ContextSnapshot,
     CoordinatorResult,
@@ -38,16 +40,6 @@ from victor_actors import (
     ToolCall,
     TransitionBatch,
 )
-
-FAILURES: list[str] = []
-
-
-def check(condition: bool, what: str) -> None:
-    """Record a failed check (an assert would vanish under ``python -O``)."""
-    if not condition:
-        FAILURES.append(what)
-        print(f"CHECK FAILED: {what}")
-
 
 MAX_ATTEMPTS = 3
 
@@ -191,8 +183,7 @@ def main() -> int:
             timeout(manager)
         with tempfile.TemporaryDirectory(prefix="victor-actors-outbox-") as outbox_path:
             redelivery(outbox_path)
-    print("all checks passed" if not FAILURES else f"{len(FAILURES)} CHECKS FAILED")
-    return 0 if not FAILURES else 1
+    return verdict()
 
 
 if __name__ == "__main__":

@@ -18,7 +18,6 @@ from victor_actors import (
     ScopeAccessError,
     StateChanged,
     TransitionBatch,
-    VersionConflictError,
 )
 
 
@@ -60,19 +59,16 @@ def run(path: str) -> int:
         )
         bob.apply(TransitionBatch().add_message({"role": "user", "content": "Review the draft."}))
 
-        # Optimistic concurrency on the shared team counter, from two threads.
+        # Optimistic concurrency on the shared team counter, from two threads: modify applies the
+        # batch only if the team is still at the snapshot's version, else builds it again on a fresh
+        # snapshot, up to `retries` more times (then VersionConflictError). Each conflict here is a
+        # commit of the other thread's 100, so 100 retries always suffice.
         def bump(n: int) -> None:
             for _ in range(n):
-                while True:
-                    snap = team.snapshot()
-                    try:
-                        team.apply(
-                            TransitionBatch().update_state("counter", snap.get_state("counter") + 1),
-                            expected_version=snap.version,
-                        )
-                        break
-                    except VersionConflictError:
-                        continue
+                team.modify(
+                    lambda snap: TransitionBatch().update_state("counter", snap.get_state("counter") + 1),
+                    retries=100,
+                )
 
         threads = [threading.Thread(target=bump, args=(100,)) for _ in range(2)]
         for t in threads:

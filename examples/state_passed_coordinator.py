@@ -37,6 +37,8 @@ import tempfile
 from collections.abc import Mapping
 from typing import Any
 
+from _checks import check, verdict
+
 from victor_actors import (
     ContextSnapshot,
     CoordinatorResult,
@@ -47,16 +49,6 @@ from victor_actors import (
     ToolCall,
     TransitionBatch,
 )
-
-FAILURES: list[str] = []
-
-
-def check(condition: bool, what: str) -> None:
-    """Record a failed check (an assert would vanish under ``python -O``)."""
-    if not condition:
-        FAILURES.append(what)
-        print(f"CHECK FAILED: {what}")
-
 
 LISTING = ("README.md", "docs", "examples", "pyproject.toml", "victor_actors")
 
@@ -341,8 +333,7 @@ def main() -> int:
             nested(manager, runner)
             conflict(manager, runner)
             failed_run(manager)
-    print("all checks passed" if not FAILURES else f"{len(FAILURES)} CHECKS FAILED")
-    return 0 if not FAILURES else 1
+    return verdict()
 
 
 if __name__ == "__main__":

@@ -35,6 +35,8 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from _checks import check, verdict
+
 from victor_actors import (
     ContextSnapshot,
     CoordinatorResult,
@@ -44,16 +46,6 @@ from victor_actors import (
     ScopeHandle,
     TransitionBatch,
 )
-
-FAILURES: list[str] = []
-
-
-def check(condition: bool, what: str) -> None:
-    """Record a failed check (an assert would vanish under ``python -O``)."""
-    if not condition:
-        FAILURES.append(what)
-        print(f"CHECK FAILED: {what}")
-
 
 TEAM, WORKFLOW = "team-docs", "wf-report"
 AGENTS = ("researcher", "writer", "reviewer")
@@ -282,8 +274,7 @@ def main() -> int:
             approved = list(team_again.state["approved"])
             print(f"after reopening: writer closed={again.is_closed}, approved {approved}")
             check(again.is_closed and tuple(team_again.state["approved"]) == TOPICS, "durable")
-    print("all checks passed" if not FAILURES else f"{len(FAILURES)} CHECKS FAILED")
-    return 0 if not FAILURES else 1
+    return verdict()
 
 
 if __name__ == "__main__":

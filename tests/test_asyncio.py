@@ -1,8 +1,11 @@
 """asyncio: every awaitable leaves the event loop free; the sync API needs no event loop at all.
 
 The loop's freedom is measured with a ticker task that sleeps 5 ms at a time and records how late
-it wakes. Only ratios are asserted (the ticker's longest gap against the time the awaits took), and
-the same measurement is run against a deliberately loop-blocking call to show that it can fail.
+it wakes. The actors the awaits wait on are held by a gate that the ticker itself opens, after
+``TICKS`` ticks with every actor held: if an await blocked the loop, the ticker could not run and
+nothing would open the gate. Only ratios are asserted beyond that (the ticker's longest gap against
+the time the awaits took), and the same measurement is run against a deliberately loop-blocking
+call, on an actor held for ``BLOCKED`` seconds, to show that it can fail.
 """
 
 from __future__ import annotations
@@ -13,6 +16,8 @@ import time
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
+
+from helpers import Gate
 
 from victor_actors import (
     ContextSnapshot,
@@ -25,13 +30,18 @@ from victor_actors import (
     TransitionBatch,
     VersionConflictError,
 )
-from victor_actors.testing import inject_fault
 
-BUSY = 1.0  # seconds each actor is kept busy by an injected fault
+TICKS = 40  # ticks of the ticker, with every actor held, before it opens the gate
+BLOCKED = 0.5  # seconds a held actor stalls a loop-blocking call: the stall the measurement must see
 
 
-async def _measure(work: Callable[[], Awaitable[Any]]) -> tuple[float, float, Any]:
-    """Run ``work()`` beside a ticker; return (the ticker's longest gap, the time work took, its result)."""
+async def _measure(
+    work: Callable[[], Awaitable[Any]], on_tick: Callable[[], None] | None = None
+) -> tuple[float, float, Any]:
+    """Run ``work()`` beside a ticker; return (the ticker's longest gap, the time work took, its result).
+
+    ``on_tick`` is called after every tick (the 5 ms sleeps are the measurement, not an ordering).
+    """
     gaps: list[float] = []
     stop = False
 
@@ -42,6 +52,8 @@ async def _measure(work: Callable[[], Awaitable[Any]]) -> tuple[float, float, An
             now = time.perf_counter()
             gaps.append(now - last)
             last = now
+            if on_tick is not None:
+                on_tick()
 
     tick = asyncio.ensure_future(ticker())
     await asyncio.sleep(0)  # the ticker is running before the work starts
@@ -53,20 +65,47 @@ async def _measure(work: Callable[[], Awaitable[Any]]) -> tuple[float, float, An
     return max(gaps), elapsed, result
 
 
-def _make_busy(manager: GlobalStateManager, handles: list[ScopeHandle], seconds: float) -> list[str]:
-    """Each actor sleeps ``seconds`` on its next request; returns a list each finished sleep appends to."""
-    done: list[str] = []
+class _OpenAfterTicks:
+    """The ticker's ``on_tick``: opens ``gate`` after ``TICKS`` ticks with all ``holds`` actors held.
 
-    def busy(name: str) -> Callable[[], None]:
-        def fault() -> None:
-            time.sleep(seconds)
-            done.append(name)
+    Ticks count only once the gate holds that many actors and ``ready`` (if given) is set, so the
+    loop provably ran ``TICKS`` times while every held actor's callers were waiting. ``halfway``
+    (if given) is called at half of them.
+    """
 
-        return fault
+    def __init__(
+        self,
+        gate: Gate,
+        holds: int,
+        ready: threading.Event | None = None,
+        halfway: Callable[[], None] | None = None,
+    ) -> None:
+        self.gate = gate
+        self.holds = holds
+        self.ready = ready
+        self.halfway = halfway
+        self.counted = 0
 
-    for h in handles:
-        inject_fault(manager, h.ref, busy(h.ref.id))
-    return done
+    def __call__(self) -> None:
+        if self.gate.is_open or self.gate.held < self.holds:
+            return
+        if self.ready is not None and not self.ready.is_set():
+            return
+        self.counted += 1
+        if self.counted == TICKS // 2 and self.halfway is not None:
+            self.halfway()
+        if self.counted == TICKS:
+            self.gate.open()
+
+
+def _hold(manager: GlobalStateManager, handles: list[ScopeHandle]) -> Gate:
+    """Each actor is held on its next request until the gate opens (``gate.released`` lists them)."""
+    return Gate().hold(manager, *(h.ref for h in handles))
+
+
+def _stall(manager: GlobalStateManager, handles: list[ScopeHandle]) -> Gate:
+    """Each actor is held on its next request for ``BLOCKED`` seconds: the stall a blocking call shows."""
+    return Gate(opens_after=BLOCKED).hold(manager, *(h.ref for h in handles))
 
 
 class Bump:
@@ -124,7 +163,8 @@ def test_thousands_of_awaits_on_busy_actors_leave_the_loop_free(manager: GlobalS
         except RunFailedError as exc:
             assert isinstance(exc.error, RuntimeError)  # rolled back, off the loop
 
-    done_sleeping = _make_busy(manager, convs, BUSY)
+    gate = _hold(manager, convs)
+    started = threading.Event()  # every await has been started
 
     async def work() -> tuple[int, list[Any]]:
         tasks = [asyncio.ensure_future(failing_run(convs[0]))]
@@ -135,11 +175,17 @@ def test_thousands_of_awaits_on_busy_actors_leave_the_loop_free(manager: GlobalS
                     await asyncio.sleep(0)  # start them as an application would: a few at a time
         await asyncio.sleep(0)
         in_flight = sum(not t.done() for t in tasks)
-        return in_flight, await asyncio.gather(*tasks)
+        started.set()
+        try:
+            return in_flight, await asyncio.gather(*tasks)
+        finally:
+            gate.open()
 
-    longest_gap, elapsed, (in_flight, results) = asyncio.run(_measure(work))
+    opener = _OpenAfterTicks(gate, len(convs), ready=started)
+    longest_gap, elapsed, (in_flight, results) = asyncio.run(_measure(work, opener))
     assert in_flight >= 2000, in_flight
-    assert sorted(done_sleeping) == sorted(c.ref.id for c in convs)  # every actor was busy meanwhile
+    assert opener.counted == TICKS  # the loop ticked that often while every actor was held
+    assert sorted(gate.released) == sorted(c.ref.id for c in convs)  # every actor was held meanwhile
     assert longest_gap < elapsed / 3, (longest_gap, elapsed)
 
     # and everything the awaits asked for happened, once
@@ -161,7 +207,7 @@ def test_thousands_of_awaits_on_busy_actors_leave_the_loop_free(manager: GlobalS
 
     # The same measurement against a loop-blocking await: a synchronous apply on a busy actor.
     blocked = [manager.get_conversation_state("b")]
-    _make_busy(manager, blocked, BUSY / 2)
+    _stall(manager, blocked)
 
     async def blocking_apply(conv: ScopeHandle) -> StateChanged:
         await asyncio.sleep(0)
@@ -185,13 +231,14 @@ def test_the_managers_awaitables_leave_the_loop_free(tmp_path: Path) -> None:
         for conv in convs:
             conv.set("v", "second")
         release = threading.Event()
-        manager.register_tool("slow", lambda call: release.wait(5) and "done")
+        manager.register_tool("slow", lambda call: release.wait(10) and "done")
         tooled = manager.get_conversation_state("tooled")
         tooled.apply(TransitionBatch().execute_tool("slow", {}, request_id="r"))
-        done_sleeping = _make_busy(manager, convs, BUSY / 2)
+        gate = _hold(manager, convs)
+        # the ticker lets the tool finish half way through its ticks, while the actors are still held
+        opener = _OpenAfterTicks(gate, len(convs), halfway=release.set)
 
         async def work() -> list[Any]:
-            threading.Timer(BUSY / 2, release.set).start()  # the tool finishes while actors are busy
             return await asyncio.gather(
                 *(manager.arestore(c.ref, cid) for c, cid in zip(convs[:2], cids, strict=False)),
                 *(c.aapply(TransitionBatch().add_message(j)) for c in convs[2:] for j in range(50)),
@@ -204,8 +251,13 @@ def test_the_managers_awaitables_leave_the_loop_free(tmp_path: Path) -> None:
                 manager.tools.await_idle(5),
             )
 
-        longest_gap, elapsed, results = asyncio.run(_measure(work))
-        assert sorted(done_sleeping) == sorted(c.ref.id for c in convs)
+        try:
+            longest_gap, elapsed, results = asyncio.run(_measure(work, opener))
+        finally:
+            gate.open()
+            release.set()
+        assert opener.counted == TICKS
+        assert sorted(gate.released) == sorted(c.ref.id for c in convs)
         assert longest_gap < elapsed / 3, (longest_gap, elapsed)
         restored = results[:2]
         assert all(r.committed and r.reset for r in restored)
@@ -216,7 +268,7 @@ def test_the_managers_awaitables_leave_the_loop_free(tmp_path: Path) -> None:
         assert [c.snapshot().message_count for c in convs] == [0, 0, 50, 50]
 
         # the sync twin called from a coroutine blocks the loop, and the measurement shows it
-        _make_busy(manager, convs[:1], BUSY / 2)
+        _stall(manager, convs[:1])
 
         async def blocking() -> StateChanged:
             await asyncio.sleep(0)
@@ -236,10 +288,15 @@ def test_the_measurement_tells_awaiting_from_blocking_on_one_actor(manager: Glob
         await asyncio.sleep(0)
         return conv.apply(TransitionBatch().add_message("blocked"))
 
-    _make_busy(manager, [conv], 0.5)
-    good_gap, good_elapsed, _ = asyncio.run(_measure(awaiting))
-    _make_busy(manager, [conv], 0.5)
+    gate = _hold(manager, [conv])
+    opener = _OpenAfterTicks(gate, 1)
+    try:
+        good_gap, good_elapsed, _ = asyncio.run(_measure(awaiting, opener))
+    finally:
+        gate.open()
+    _stall(manager, [conv])
     bad_gap, bad_elapsed, _ = asyncio.run(_measure(blocking))
+    assert opener.counted == TICKS  # the awaiting call let the ticker open the gate
     assert good_gap < good_elapsed / 3, (good_gap, good_elapsed)
     assert bad_gap > bad_elapsed / 2, (bad_gap, bad_elapsed)
     assert conv.snapshot().messages == ("awaited", "blocked")

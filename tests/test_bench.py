@@ -1,15 +1,19 @@
-"""``victor-actors bench`` and ``benchmarks/report.py``: the plumbing, not the numbers.
+"""``victor-actors bench`` and ``victor_actors.bench.report``: the plumbing, not the numbers.
 
 One quick run of the two cheapest benchmarks (start-up and the agent step) in a
-subprocess, shared by the tests that read its JSON; the rest exercise the
-runner's edges (no checkout, no LangGraph, a failing script) without running a
-real benchmark.
+subprocess outside the checkout, shared by the tests that read its JSON; one
+quick run of the LangGraph-comparing benchmarks with LangGraph hidden; the
+rest exercise the runner's edges (a failing or missing module, an unknown
+name) without running a real benchmark.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import importlib
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -17,12 +21,13 @@ from typing import Any
 
 import pytest
 
-from victor_actors import _bench
-from victor_actors._cli import main
+import victor_actors.bench as bench
+from victor_actors import GlobalStateManager, TransitionBatch
+from victor_actors.bench import _probes, _runner
+from victor_actors.cli import main
 
-ROOT = Path(__file__).resolve().parent.parent
-REPORT = ROOT / "benchmarks" / "report.py"
-HINT = "langgraph not installed (pip install -e '.[bench]')"
+PACKAGE = Path(bench.__file__).resolve().parent
+HINT = "langgraph not installed (pip install 'victor-actors[bench]')"
 NO_PLOT = "The plot needs matplotlib"
 TARGET_IDS = {
     "apply_p50",
@@ -36,6 +41,7 @@ TARGET_IDS = {
     "agent",
     "storage",
 }
+LANGGRAPH_ROWS = {"durable_1", "durable_100", "storage_sqlite", "agent", "agent_memory"}
 
 
 def has(module: str) -> bool:
@@ -49,12 +55,27 @@ HAS_LANGGRAPH = has("langgraph") and has("langgraph.checkpoint.sqlite")
 HAS_MATPLOTLIB = has("matplotlib")
 
 
+def hide_langgraph(root: Path) -> Path:
+    """A directory that, first on PYTHONPATH, makes ``import langgraph`` fail as if it were not installed."""
+    for name in ("langgraph", "langgraph_checkpoint_lmdb"):
+        (root / name).mkdir(parents=True)
+        message = f"No module named '{name}'"
+        (root / name / "__init__.py").write_text(f"raise ModuleNotFoundError({message!r}, name={name!r})\n")
+    return root
+
+
+def bench_cli(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    cmd = [sys.executable, "-m", "victor_actors", "bench", "--quick", *args]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180, cwd=cwd, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc
+
+
 @pytest.fixture(scope="module")
 def quick_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any], str]:
-    path = tmp_path_factory.mktemp("bench") / "bench.json"
-    cmd = [sys.executable, "-m", "victor_actors", "bench", "--quick", "--only", "startup,agent"]
-    proc = subprocess.run([*cmd, "--json", str(path)], capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    where = tmp_path_factory.mktemp("bench")  # outside the checkout: no benchmarks/ directory needed
+    path = where / "bench.json"
+    proc = bench_cli("--only", "startup,agent", "--json", str(path), cwd=where)
     return path, json.loads(path.read_text()), proc.stdout
 
 
@@ -62,12 +83,12 @@ def report(json_path: Path, out: Path, *, block_matplotlib: bool = False) -> sub
     if block_matplotlib:  # as if matplotlib were not installed, whether it is or not
         code = (
             "import runpy, sys; sys.modules['matplotlib'] = None; "
-            f"sys.argv = ['report.py', {str(json_path)!r}, '--out', {str(out)!r}]; "
-            f"runpy.run_path({str(REPORT)!r}, run_name='__main__')"
+            f"sys.argv = ['report', {str(json_path)!r}, '--out', {str(out)!r}]; "
+            "runpy.run_module('victor_actors.bench.report', run_name='__main__', alter_sys=True)"
         )
         cmd = [sys.executable, "-c", code]
     else:
-        cmd = [sys.executable, str(REPORT), str(json_path), "--out", str(out)]
+        cmd = [sys.executable, "-m", "victor_actors.bench.report", str(json_path), "--out", str(out)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return proc
@@ -87,17 +108,17 @@ def test_quick_run_prints_the_table_and_writes_the_json(quick_run: tuple[Path, d
 
     startup = doc["benchmarks"]["startup"]
     assert startup["status"] == "ok" and startup["seconds"] > 0
-    assert startup["script"] == "benchmarks/bench_startup.py"
+    assert startup["module"] == "victor_actors.bench.startup"
     sizes = startup["result"]["sizes"]
     assert len(sizes) == 2
     for size in sizes.values():
         assert size["ours"]["start_s"] > 0 and size["bare"]["start_s"] > 0 and size["ratio_start"] > 0
 
     rows = {r["id"]: r for r in doc["rows"]}
-    assert set(rows) == {spec.id for spec in _bench.ROWS}
+    assert set(rows) == {spec.id for spec in bench.ROWS}
     for row in rows.values():
         assert set(row) >= {"bench", "what", "unit", "better", "ours", "baseline", "ratio", "note"}
-    for rid in ("startup_small", "startup_large"):
+    for rid in ("startup_small", "startup_large", "agent_durable"):
         assert rows[rid]["ratio"] == pytest.approx(rows[rid]["ours"] / rows[rid]["baseline"])
     assert rows["apply_p50"]["ratio"] is None and rows["apply_p50"]["note"] == "not selected (--only)"
 
@@ -109,13 +130,15 @@ def test_quick_run_prints_the_table_and_writes_the_json(quick_run: tuple[Path, d
             assert t["why"] and "no explanation" not in t["why"]
     assert targets["apply_p50"]["verdict"] == "NOT RUN"
     agent = targets["agent"]
+    assert doc["benchmarks"]["agent"]["status"] == "ok"  # ours runs with or without LangGraph
     if HAS_LANGGRAPH:
-        assert doc["benchmarks"]["agent"]["status"] == "ok"
         assert agent["verdict"] in ("MET", "MISSED") and agent["measured"] > 0
     else:
-        assert doc["benchmarks"]["agent"]["status"] == "skipped"
         # langgraph itself may be there (the test extra has it) without the SQLite saver
-        assert agent["verdict"] == "NOT RUN" and "not installed (pip install -e '.[bench]')" in agent["why"]
+        assert (
+            agent["verdict"] == "NOT RUN"
+            and "not installed (pip install 'victor-actors[bench]')" in agent["why"]
+        )
 
     assert "MEASURED (same run; ratio = ours / baseline)" in stdout
     assert "TARGET" in stdout and "\ntargets: " in stdout
@@ -129,13 +152,14 @@ def test_report_writes_the_markdown_and_the_plot(
     proc = report(path, tmp_path)
     md = (tmp_path / "benchmarks.md").read_text()
     assert md.startswith("# Benchmarks\n")
-    assert "## Targets" in md
+    assert "## Targets" in md and "python -m victor_actors.bench.report" in md
     assert "| target | measured | verdict | why (misses, from this run's numbers) |" in md
     for t in doc["targets"]:
         assert f"| {t['target']} |" in md
     assert "## Machine" in md and f"| CPU | {doc['meta']['cpu_model']} |" in md
     assert "## Measured values" in md and "start N scope actors / N bare pykka actors (smaller N)" in md
     assert "### startup" in md and "ratio_start" in md  # every value the benchmark wrote
+    assert "| startup | `victor_actors.bench.startup` | ok |" in md
     png = tmp_path / "benchmarks.png"
     if HAS_MATPLOTLIB:
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -152,78 +176,122 @@ def test_report_without_matplotlib_still_writes_the_markdown_and_says_so(
     (tmp_path / "benchmarks.png").write_bytes(b"a plot from an earlier run")
     proc = report(path, tmp_path, block_matplotlib=True)
     md = (tmp_path / "benchmarks.md").read_text()
-    assert NO_PLOT in md and "pip install -e '.[bench]'" in md and "](benchmarks.png)" not in md
+    assert NO_PLOT in md and "pip install 'victor-actors[bench]'" in md and "](benchmarks.png)" not in md
     assert "## Targets" in md
     assert not (tmp_path / "benchmarks.png").exists()  # a stale plot would not match the report
     assert NO_PLOT in proc.stdout
 
 
+def test_without_langgraph_ours_run_and_only_the_langgraph_rows_say_so(tmp_path: Path) -> None:
+    """store and agent measure ours and skip their LangGraph peer; the langgraph benchmark is skipped."""
+    env = {**os.environ, "PYTHONPATH": str(hide_langgraph(tmp_path / "hide"))}
+    out = tmp_path / "bench.json"
+    proc = bench_cli(
+        "--only", "store,agent", "--only", "langgraph", "--json", str(out), cwd=tmp_path, env=env
+    )
+    doc = json.loads(out.read_text())
+    statuses = {n: doc["benchmarks"][n]["status"] for n in ("store", "agent", "langgraph")}
+    assert statuses == {"store": "ok", "agent": "ok", "langgraph": "skipped"}
+    assert doc["benchmarks"]["langgraph"]["reason"] == HINT
+    for name in ("store", "agent"):
+        assert doc["benchmarks"][name]["result"]["skipped"] == {"langgraph": HINT}
+    rows = {r["id"]: r for r in doc["rows"] if r["bench"] in ("store", "agent")}
+    for rid, row in rows.items():
+        if rid in LANGGRAPH_ROWS:
+            assert row["ratio"] is None and row["note"] == HINT, rid
+        else:  # ours against our own or a raw baseline
+            assert row["ratio"] is not None and row["ratio"] > 0, rid
+    targets = {t["id"]: t for t in doc["targets"]}
+    for tid in ("durable_1", "durable_100", "agent"):
+        assert targets[tid]["verdict"] == "NOT RUN" and targets[tid]["why"] == HINT
+    assert targets["storage"]["verdict"] in ("MET", "MISSED")
+    assert proc.stdout.count(HINT) >= 3
+
+
 # -- the runner's edges, without running a real benchmark -------------------------------------------------
 
 
-def test_without_langgraph_its_rows_say_so_and_the_rest_runs(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    real = importlib.util.find_spec
-
-    def find_spec(name: str, package: str | None = None) -> Any:
-        return None if name.startswith("langgraph") else real(name, package)
-
-    monkeypatch.setattr(_bench.importlib.util, "find_spec", find_spec)
-    fake = tmp_path / "benchmarks"
-    fake.mkdir()
-    (fake / "bench_startup.py").write_text(
-        "import json, sys\n"
-        "path = sys.argv[sys.argv.index('--json') + 1]\n"
-        "side = lambda s: {'start_s': s, 'rss_per_actor_bytes': 0}\n"
-        "size = {'actors': 10, 'rounds': 1, 'ours': side(2.0), 'bare': side(1.0)}\n"
-        "json.dump({'sizes': {'10': size}}, open(path, 'w'))\n"
+def test_every_benchmark_is_a_module_of_the_installed_package(tmp_path: Path) -> None:
+    """The runner finds every benchmark in the package itself, and each imports without LangGraph."""
+    assert set(bench.BENCHMARKS) == {"core", "pipeline", "startup", "store", "agent", "scale", "langgraph"}
+    for b in bench.BENCHMARKS.values():
+        spec = importlib.util.find_spec(b.module)
+        assert spec is not None and spec.origin is not None, b.module
+        assert Path(spec.origin).resolve().parent == PACKAGE and b.module == f"victor_actors.bench.{b.name}"
+    modules = [b.module for b in bench.BENCHMARKS.values()] + ["victor_actors.bench.report"]
+    code = "import importlib, sys\nfor name in sys.argv[1:]:\n    importlib.import_module(name).main\n"
+    env = {**os.environ, "PYTHONPATH": str(hide_langgraph(tmp_path / "hide"))}
+    proc = subprocess.run(
+        [sys.executable, "-c", code, *modules],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+        env=env,
     )
-    monkeypatch.setattr(_bench, "benchmarks_dir", lambda: fake)
-    out = tmp_path / "bench.json"
-    assert main(["bench", "--quick", "--only", "store,agent", "--only", "startup", "--json", str(out)]) == 0
-    stdout = capsys.readouterr().out
-    doc = json.loads(out.read_text())
-    statuses = [doc["benchmarks"][n]["status"] for n in ("store", "agent", "startup")]
-    assert statuses == ["skipped", "skipped", "ok"]
-    assert doc["benchmarks"]["store"]["reason"] == HINT
-    targets = {t["id"]: t for t in doc["targets"]}
-    for tid in ("durable_1", "durable_100", "agent", "storage"):
-        assert targets[tid]["verdict"] == "NOT RUN" and HINT in targets[tid]["why"]
-    rows = {r["id"]: r for r in doc["rows"]}
-    assert HINT in rows["agent"]["note"]
-    assert rows["startup_small"]["ratio"] == 2.0
-    assert rows["startup_large"]["ratio"] is None  # one size only: that row is missing, not made up
-    assert stdout.count(HINT) >= 2
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_the_private_probes_still_work() -> None:
+    """The two reads past the public surface (``_probes.py``) against the runtime as it is."""
+    with GlobalStateManager.open(max_live_actors=None) as manager:
+        handle = manager.get_conversation_state("probe")
+        assert _probes.is_live(handle)
+        futures = [_probes.send_nowait(handle, TransitionBatch().update_state("k", i)) for i in range(5)]
+        assert [f.get(timeout=10.0).version for f in futures] == [1, 2, 3, 4, 5]
+        assert handle.get("k") == 4
 
 
 def test_a_langgraph_import_error_in_the_child_counts_as_not_installed() -> None:
     stderr = "Traceback ...\nModuleNotFoundError: No module named 'langgraph.checkpoint.sqlite'\n"
-    assert _bench._missing_module(stderr) == "langgraph.checkpoint.sqlite"
-    assert _bench._missing_module("ValueError: boom") is None
+    assert _runner._missing_module(stderr) == "langgraph.checkpoint.sqlite"
+    assert _runner._missing_module("ValueError: boom") is None
+
+
+def fake_bench(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, source: str) -> None:
+    """``startup`` replaced by a module of ``source``, importable here and in the child."""
+    (tmp_path / "fake_startup.py").write_text(source)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    fake = dataclasses.replace(bench.BENCHMARKS["startup"], module="fake_startup")
+    monkeypatch.setitem(bench.BENCHMARKS, "startup", fake)
 
 
 def test_a_failing_benchmark_is_reported_and_exits_1(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    fake = tmp_path / "benchmarks"
-    fake.mkdir()
-    (fake / "bench_startup.py").write_text(
-        "import sys\nprint('boom', file=sys.stderr)\nraise SystemExit(3)\n"
-    )
-    monkeypatch.setattr(_bench, "benchmarks_dir", lambda: fake)
+    fake_bench(monkeypatch, tmp_path, "import sys\nprint('boom', file=sys.stderr)\nraise SystemExit(3)\n")
     assert main(["bench", "--quick", "--only", "startup"]) == 1
     out = capsys.readouterr().out
     assert "failed" in out and "exit status 3: boom" in out
 
 
-def test_without_the_source_checkout_it_says_so_and_exits_2(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+def test_one_size_only_leaves_that_row_missing_not_made_up(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    monkeypatch.setattr(_bench, "benchmarks_dir", lambda: tmp_path / "site-packages" / "benchmarks")
-    assert main(["bench", "--quick"]) == 2
-    err = capsys.readouterr().err
-    assert "ship with the source checkout" in err and err.count("\n") == 1
+    fake_bench(
+        monkeypatch,
+        tmp_path,
+        "import json, sys\n"
+        "path = sys.argv[sys.argv.index('--json') + 1]\n"
+        "side = lambda s: {'start_s': s, 'rss_per_actor_bytes': 0}\n"
+        "size = {'actors': 10, 'rounds': 1, 'ours': side(2.0), 'bare': side(1.0)}\n"
+        "json.dump({'sizes': {'10': size}}, open(path, 'w'))\n",
+    )
+    out = tmp_path / "bench.json"
+    assert main(["bench", "--quick", "--only", "startup", "--json", str(out)]) == 0
+    rows = {r["id"]: r for r in json.loads(out.read_text())["rows"]}
+    assert rows["startup_small"]["ratio"] == 2.0
+    assert rows["startup_large"]["ratio"] is None and "IndexError" in rows["startup_large"]["note"]
+
+
+def test_a_benchmark_module_that_is_not_there_fails_with_its_name(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    gone = dataclasses.replace(bench.BENCHMARKS["startup"], module="victor_actors.bench.no_such_bench")
+    monkeypatch.setitem(bench.BENCHMARKS, "startup", gone)
+    assert main(["bench", "--quick", "--only", "startup"]) == 1
+    assert "no module victor_actors.bench.no_such_bench here" in capsys.readouterr().out
 
 
 def test_an_unknown_benchmark_name_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
@@ -263,7 +331,7 @@ def test_every_missed_target_explains_itself_from_the_numbers() -> None:
         "store": {"throughput": store, "storage": storage, "meta": {"cpus": 2}},
         "agent": {"rates": agent_rates, "rounds": 1, "steps": 1},
     }
-    rows, targets = _bench.evaluate(results, {"startup": "not selected (--only)"})
+    rows, targets = bench.evaluate(results, {"startup": "not selected (--only)"})
     verdicts = {t["id"]: t["verdict"] for t in targets}
     assert verdicts == {
         "apply_p50": "MISSED",  # 3.0x > 1.15x
@@ -285,3 +353,28 @@ def test_every_missed_target_explains_itself_from_the_numbers() -> None:
     assert "500 steps/s durable vs 100" in whys["agent"]
     assert "data.mdb 400 B vs a 100 B" in whys["storage"]
     assert {r["id"]: r["note"] for r in rows}["startup_small"] == "not selected (--only)"
+
+
+def test_a_skipped_langgraph_peer_leaves_only_its_rows_without_a_ratio() -> None:
+    storage: dict[str, Any] = {"steps": 1000, "plain_msgpack_bytes": 300}
+    storage["ours"] = {
+        "final_state_bytes": 100,
+        "scope_bytes": 250,
+        "kept": "3 ckpts",
+        "data_mdb": {"size": 200},
+    }
+    store = {
+        k: {"rate": 1000.0, "store_commits": 0, "store_txns": 0} for k in ("sync1", "sync100", "raw_lmdb")
+    }
+    results = {
+        "store": {"throughput": store, "storage": storage, "skipped": {"langgraph": HINT}},
+        "agent": {"rates": {"ours_sync": 500.0, "ours_memory": 5000.0}, "rounds": 1, "steps": 1,
+                  "skipped": {"langgraph": HINT}},
+    }  # fmt: skip
+    rows, targets = bench.evaluate(results, {})
+    by_id = {r["id"]: r for r in rows}
+    assert {rid for rid in LANGGRAPH_ROWS if by_id[rid]["note"] == HINT} == LANGGRAPH_ROWS
+    assert by_id["durable_raw"]["ratio"] == 1.0 and by_id["agent_durable"]["ratio"] == 0.1
+    verdicts = {t["id"]: (t["verdict"], t["why"]) for t in targets}
+    assert verdicts["durable_1"] == verdicts["agent"] == ("NOT RUN", HINT)
+    assert verdicts["storage"] == ("MET", "")  # 2x <= 3x: ours alone decides it

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from victor_actors import GlobalStateManager, ScopeRef, TransitionBatch
-from victor_actors._cli import main
+from victor_actors.cli import main
 from victor_actors.store import versioned_key
 
 BLOB = b"\x00\x01\xff"

@@ -1,6 +1,7 @@
 """The coordinator runner: snapshot, decide, apply with the snapshot's versions, follow the result.
 
-Real managers, real actors, real threads; the coordinators are small classes defined here.
+Real managers, real actors, real threads; the coordinators are small classes defined here. The tests
+that take ``via`` run twice: through the blocking ``step``/``run`` and through ``astep``/``arun``.
 """
 
 from __future__ import annotations
@@ -8,7 +9,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
 
 import pytest
 
@@ -24,24 +26,58 @@ from victor_actors import (
     VersionConflictError,
     VictorActorsError,
 )
-from victor_actors.lowlevel import merge
+from victor_actors.lowlevel import LoopResult, StepRecord, merge
+
+T = TypeVar("T")
+
+
+class Via:
+    """The runner's blocking methods, or their asyncio twins run to completion in a fresh event loop."""
+
+    def __init__(self, aio: bool) -> None:
+        self.aio = aio
+
+    def step(
+        self, runner: CoordinatorRunner, conv: ScopeHandle, coord: str | Coordinator, msg: str
+    ) -> StepRecord:
+        return self._call(runner.step, runner.astep, conv, coord, msg)
+
+    def run(
+        self, runner: CoordinatorRunner, conv: ScopeHandle, coord: str | Coordinator, msg: str
+    ) -> LoopResult:
+        return self._call(runner.run, runner.arun, conv, coord, msg)
+
+    def _call(self, blocking: Callable[..., T], twin: Callable[..., Coroutine[Any, Any, T]], *args: Any) -> T:
+        return asyncio.run(twin(*args)) if self.aio else blocking(*args)
+
+
+@pytest.fixture(params=[False, True], ids=["sync", "asyncio"])
+def via(request: pytest.FixtureRequest) -> Via:
+    return Via(request.param)
+
+
+def _in_threads(fn: Callable[[int], object], n: int, timeout: float = 30.0) -> None:
+    """Run ``fn(0)``, ..., ``fn(n - 1)`` on ``n`` threads at once, wait for them, and fail on any error."""
+    errors: list[BaseException] = []
+
+    def target(i: int) -> None:
+        try:
+            fn(i)
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=target, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout)
+    assert not any(t.is_alive() for t in threads)
+    assert not errors, errors
 
 
 def _in_thread(fn: Callable[[], object]) -> None:
     """Run ``fn`` on another thread and wait for it: a concurrent writer the coordinator cannot be."""
-    errors: list[BaseException] = []
-
-    def target() -> None:
-        try:
-            fn()
-        except BaseException as exc:  # pragma: no cover - reported below
-            errors.append(exc)
-
-    t = threading.Thread(target=target)
-    t.start()
-    t.join(10)
-    assert not t.is_alive()
-    assert not errors, errors
+    _in_threads(lambda _: fn(), 1, timeout=10.0)
 
 
 class Fixed:
@@ -81,12 +117,12 @@ class Counter:
 # -- one step: optimistic concurrency -------------------------------------------
 
 
-def test_step_applies_with_the_snapshot_version(manager: GlobalStateManager) -> None:
+def test_step_applies_with_the_snapshot_version(via: Via, manager: GlobalStateManager) -> None:
     conv = manager.get_conversation_state("c", team_id="t")
     conv.set("n", 4)
     runner = CoordinatorRunner()
     coord = Counter(conv, set())
-    record = runner.step(conv, coord, "go")
+    record = via.step(runner, conv, coord, "go")
     assert record.attempts == 1
     assert record.coordinator == "Counter"
     assert record.commit is not None and record.commit.old_version == 1 and record.commit.version == 2
@@ -96,12 +132,13 @@ def test_step_applies_with_the_snapshot_version(manager: GlobalStateManager) -> 
 
 
 def test_a_concurrent_write_makes_the_runner_retry_with_a_fresh_snapshot(
+    via: Via,
     manager: GlobalStateManager,
 ) -> None:
     conv = manager.get_conversation_state("c")
     conv.set("n", 0)
     coord = Counter(conv, {1})  # the first call lets another thread write the scope before returning
-    record = CoordinatorRunner().step(conv, coord, "go")
+    record = via.step(CoordinatorRunner(), conv, coord, "go")
     assert record.attempts == 2
     assert coord.calls == 2
     assert coord.seen_versions == [1, 2]  # the second try saw the other writer's commit
@@ -111,12 +148,12 @@ def test_a_concurrent_write_makes_the_runner_retry_with_a_fresh_snapshot(
     assert snap.message_count == 1  # the first, conflicting decision left nothing behind
 
 
-def test_no_retries_means_a_conflict_raises_with_a_note(manager: GlobalStateManager) -> None:
+def test_no_retries_means_a_conflict_raises_with_a_note(via: Via, manager: GlobalStateManager) -> None:
     conv = manager.get_conversation_state("c")
     coord = Counter(conv, {1})
     runner = CoordinatorRunner(max_retries=0)
     with pytest.raises(VersionConflictError) as info:
-        runner.step(conv, coord, "go")
+        via.step(runner, conv, coord, "go")
     assert coord.calls == 1
     assert info.value.current_version == 1 and info.value.expected_version == 0
     notes = getattr(info.value, "__notes__", [])
@@ -124,12 +161,12 @@ def test_no_retries_means_a_conflict_raises_with_a_note(manager: GlobalStateMana
     assert conv.get("n") is None and conv.version == 1  # only the other writer's commit
 
 
-def test_retries_are_bounded_then_the_error_says_so(manager: GlobalStateManager) -> None:
+def test_retries_are_bounded_then_the_error_says_so(via: Via, manager: GlobalStateManager) -> None:
     conv = manager.get_conversation_state("c")
     coord = Counter(conv, set(range(1, 100)))  # every call loses the race
     runner = CoordinatorRunner(max_retries=3)
     with pytest.raises(VersionConflictError) as info:
-        runner.step(conv, coord, "go")
+        via.step(runner, conv, coord, "go")
     assert coord.calls == 4  # one try plus three fresh snapshots
     notes = getattr(info.value, "__notes__", [])
     assert any("Counter: gave up after 4 attempts with fresh snapshots" in n for n in notes), notes
@@ -137,10 +174,10 @@ def test_retries_are_bounded_then_the_error_says_so(manager: GlobalStateManager)
     assert conv.version == 4  # the four interfering writes, nothing of the coordinator's
 
 
-def test_retry_succeeds_on_the_last_allowed_attempt(manager: GlobalStateManager) -> None:
+def test_retry_succeeds_on_the_last_allowed_attempt(via: Via, manager: GlobalStateManager) -> None:
     conv = manager.get_conversation_state("c")
     coord = Counter(conv, {1, 2, 3})
-    record = CoordinatorRunner(max_retries=3).step(conv, coord, "go")
+    record = via.step(CoordinatorRunner(max_retries=3), conv, coord, "go")
     assert record.attempts == 4
     assert conv.get("n") == 1 and conv.get("other") == 3
 
@@ -159,13 +196,13 @@ class Spender:
         return CoordinatorResult(TransitionBatch().update_state("spent", snapshot.get_state("budget")))
 
 
-def test_validate_reads_checks_every_scope_the_snapshot_saw(manager: GlobalStateManager) -> None:
+def test_validate_reads_checks_every_scope_the_snapshot_saw(via: Via, manager: GlobalStateManager) -> None:
     team = manager.get_team_state("t")
     team.set("budget", 10)
     conv = manager.get_conversation_state("c", team_id="t")
     assert conv.snapshot().versions() == {conv.ref: 0, team.ref: 1, ScopeRef("global", "global"): 0}
     coord = Spender(team)
-    record = CoordinatorRunner(validate_reads=True).step(conv, coord, "spend")
+    record = via.step(CoordinatorRunner(validate_reads=True), conv, coord, "spend")
     # the decision made from budget=10 was retried once the team moved to budget=0
     assert record.attempts == 2 and coord.budgets == [10, 0]
     assert conv.get("spent") == 0
@@ -174,34 +211,32 @@ def test_validate_reads_checks_every_scope_the_snapshot_saw(manager: GlobalState
     conv2 = manager.get_conversation_state("c2", team_id="t")
     team.set("budget", 5)
     with pytest.raises(VersionConflictError) as info:
-        CoordinatorRunner(validate_reads=True, max_retries=0).step(conv2, Spender(team), "spend")
+        via.step(CoordinatorRunner(validate_reads=True, max_retries=0), conv2, Spender(team), "spend")
     assert info.value.current_version == 4
     assert conv2.version == 0
 
 
-def test_by_default_only_the_written_scopes_versions_are_checked(manager: GlobalStateManager) -> None:
-    """The runner's documented default (validate_reads=False): no update is lost, reads are not checked.
-
-    Note: the module docstring of _coordinator.py still says the runner applies "with expected_version
-    set to every version the snapshot saw"; that is only true with validate_reads=True.
-    """
+def test_by_default_only_the_written_scopes_versions_are_checked(
+    via: Via, manager: GlobalStateManager
+) -> None:
+    """The runner's documented default (validate_reads=False): no update is lost, reads are not checked."""
     team = manager.get_team_state("t")
     team.set("budget", 10)
     conv = manager.get_conversation_state("c", team_id="t")
     coord = Spender(team)
-    record = CoordinatorRunner().step(conv, coord, "spend")
+    record = via.step(CoordinatorRunner(), conv, coord, "spend")
     assert record.attempts == 1 and coord.budgets == [10]
     assert conv.get("spent") == 10 and team.get("budget") == 0  # a decision resting on a stale read
 
 
-def test_an_empty_decision_commits_nothing(manager: GlobalStateManager) -> None:
+def test_an_empty_decision_commits_nothing(via: Via, manager: GlobalStateManager) -> None:
     conv = manager.get_conversation_state("c")
-    record = CoordinatorRunner().step(conv, Fixed(lambda s, m: CoordinatorResult.no_op("nothing")), "x")
+    record = via.step(CoordinatorRunner(), conv, Fixed(lambda s, m: CoordinatorResult.no_op("nothing")), "x")
     assert record.commit is None and record.attempts == 1
     assert conv.version == 0
 
 
-def test_a_result_of_the_wrong_type_is_an_error(manager: GlobalStateManager) -> None:
+def test_a_result_of_the_wrong_type_is_an_error(via: Via, manager: GlobalStateManager) -> None:
     conv = manager.get_conversation_state("c")
 
     class Wrong:
@@ -209,7 +244,7 @@ def test_a_result_of_the_wrong_type_is_an_error(manager: GlobalStateManager) -> 
             return TransitionBatch().update_state("k", 1)
 
     with pytest.raises(VictorActorsError, match="not a CoordinatorResult"):
-        CoordinatorRunner().step(conv, Wrong(), "x")  # type: ignore[arg-type]
+        via.step(CoordinatorRunner(), conv, Wrong(), "x")  # type: ignore[arg-type]
     assert conv.version == 0
 
 
@@ -234,14 +269,16 @@ def _say(text: str, **kwargs: object) -> Fixed:
     return Fixed(lambda s, m: CoordinatorResult(TransitionBatch().add_message(text), **kwargs))  # type: ignore[arg-type]
 
 
-def test_handoffs_are_followed_by_name_until_should_continue_is_false(manager: GlobalStateManager) -> None:
+def test_handoffs_are_followed_by_name_until_should_continue_is_false(
+    via: Via, manager: GlobalStateManager
+) -> None:
     conv = manager.get_conversation_state("c")
     planner = _say("plan", handoff_to="writer")
     writer = _say("draft", handoff_to="reviewer")
     reviewer = _say("approved", should_continue=False, handoff_to="writer")  # stopping wins
     runner = CoordinatorRunner({"planner": planner, "writer": writer})
     runner.register("reviewer", reviewer)
-    loop = runner.run(conv, "planner", "write a report")
+    loop = via.run(runner, conv, "planner", "write a report")
     assert loop.stopped_because == "should_continue=False"
     assert [s.coordinator for s in loop.steps] == ["planner", "writer", "reviewer"]
     assert [s.commit.version for s in loop.steps if s.commit] == [1, 2, 3]
@@ -251,47 +288,49 @@ def test_handoffs_are_followed_by_name_until_should_continue_is_false(manager: G
     assert [len(c.seen[0].messages) for c in (planner, writer, reviewer)] == [0, 1, 2]
 
 
-def test_the_loop_stops_when_there_is_no_handoff(manager: GlobalStateManager) -> None:
+def test_the_loop_stops_when_there_is_no_handoff(via: Via, manager: GlobalStateManager) -> None:
     conv = manager.get_conversation_state("c")
     runner = CoordinatorRunner({"a": _say("a", handoff_to="b"), "b": _say("b")})
-    loop = runner.run(conv, "a", "hi")
+    loop = via.run(runner, conv, "a", "hi")
     assert loop.stopped_because == "no handoff"
     assert [s.coordinator for s in loop.steps] == ["a", "b"]
     assert conv.snapshot().messages == ("a", "b")
 
 
-def test_a_coordinator_object_can_start_the_loop(manager: GlobalStateManager) -> None:
+def test_a_coordinator_object_can_start_the_loop(via: Via, manager: GlobalStateManager) -> None:
     conv = manager.get_conversation_state("c")
     runner = CoordinatorRunner({"b": _say("b", should_continue=False)})
-    loop = runner.run(conv, _say("start", handoff_to="b"), "hi")
+    loop = via.run(runner, conv, _say("start", handoff_to="b"), "hi")
     assert [s.coordinator for s in loop.steps] == ["Fixed", "b"]
     assert loop.stopped_because == "should_continue=False"
 
 
-def test_handoff_to_an_unknown_name_is_an_error_naming_it(manager: GlobalStateManager) -> None:
+def test_handoff_to_an_unknown_name_is_an_error_naming_it(via: Via, manager: GlobalStateManager) -> None:
     conv = manager.get_conversation_state("c")
     runner = CoordinatorRunner({"a": _say("a", handoff_to="nobody-here")})
     with pytest.raises(VictorActorsError, match="nobody-here") as info:
-        runner.run(conv, "a", "hi")
+        via.run(runner, conv, "a", "hi")
     assert "registered: a" in str(info.value)
     assert conv.snapshot().messages == ("a",)  # the step before the bad handoff did commit
     with pytest.raises(VictorActorsError, match="'ghost'"):
-        runner.step(conv, "ghost", "hi")
+        via.step(runner, conv, "ghost", "hi")
 
 
-def test_max_steps_bounds_a_handoff_cycle(manager: GlobalStateManager) -> None:
+def test_max_steps_bounds_a_handoff_cycle(via: Via, manager: GlobalStateManager) -> None:
     conv = manager.get_conversation_state("c")
     runner = CoordinatorRunner(
         {"ping": _say("ping", handoff_to="pong"), "pong": _say("pong", handoff_to="ping")}, max_steps=5
     )
-    loop = runner.run(conv, "ping", "go")
+    loop = via.run(runner, conv, "ping", "go")
     assert loop.stopped_because == "max_steps"
     assert len(loop.steps) == 5
     assert [s.coordinator for s in loop.steps] == ["ping", "pong", "ping", "pong", "ping"]
     assert conv.snapshot().message_count == 5 == loop.snapshot.version
 
 
-def test_reasoning_is_logged_at_info(manager: GlobalStateManager, caplog: pytest.LogCaptureFixture) -> None:
+def test_reasoning_is_logged_at_info(
+    via: Via, manager: GlobalStateManager, caplog: pytest.LogCaptureFixture
+) -> None:
     conv = manager.get_conversation_state("c")
     runner = CoordinatorRunner(
         {
@@ -300,7 +339,7 @@ def test_reasoning_is_logged_at_info(manager: GlobalStateManager, caplog: pytest
         }
     )
     with caplog.at_level(logging.INFO, logger="victor_actors"):
-        runner.run(conv, "triage", "refund please")
+        via.run(runner, conv, "triage", "refund please")
     logged = [r for r in caplog.records if r.name == "victor_actors" and r.levelno == logging.INFO]
     texts = [r.getMessage() for r in logged]
     assert "coordinator triage (confidence 0.75): the user wants a refund" in texts
@@ -388,9 +427,9 @@ def test_arun_follows_async_and_sync_coordinators(manager: GlobalStateManager) -
     conv = manager.get_conversation_state("c")
     runner = CoordinatorRunner(
         {
-            "a": AsyncSay("a", handoff_to="b"),  # type: ignore[dict-item]
+            "a": AsyncSay("a", handoff_to="b"),
             "b": _say("b", handoff_to="c"),
-            "c": AsyncSay("c", should_continue=False),  # type: ignore[dict-item]
+            "c": AsyncSay("c", should_continue=False),
         }
     )
     loop = asyncio.run(runner.arun(conv, "a", "hi"))
@@ -402,7 +441,7 @@ def test_arun_follows_async_and_sync_coordinators(manager: GlobalStateManager) -
 def test_arun_stops_on_no_handoff_and_on_max_steps(manager: GlobalStateManager) -> None:
     conv = manager.get_conversation_state("c")
     runner = CoordinatorRunner(
-        {"a": AsyncSay("a"), "p": AsyncSay("p", handoff_to="q"), "q": AsyncSay("q", handoff_to="p")},  # type: ignore[dict-item]
+        {"a": AsyncSay("a"), "p": AsyncSay("p", handoff_to="q"), "q": AsyncSay("q", handoff_to="p")},
         max_steps=3,
     )
     assert asyncio.run(runner.arun(conv, "a", "x")).stopped_because == "no handoff"
@@ -423,7 +462,7 @@ def test_astep_retries_after_a_concurrent_write(manager: GlobalStateManager) -> 
             return CoordinatorResult(TransitionBatch().update_state("n", snapshot.get_state("n", 0) + 1))
 
     coord = AsyncCounter()
-    record = asyncio.run(CoordinatorRunner().astep(conv, coord, "go"))  # type: ignore[arg-type]
+    record = asyncio.run(CoordinatorRunner().astep(conv, coord, "go"))
     assert record.attempts == 2 and coord.calls == 2
     assert conv.get("n") == 1 and conv.version == 2
 
@@ -437,7 +476,7 @@ def test_astep_retries_after_a_concurrent_write(manager: GlobalStateManager) -> 
 
     loser = AlwaysLoses()
     with pytest.raises(VersionConflictError) as info:
-        asyncio.run(CoordinatorRunner(max_retries=1).astep(conv, loser, "go"))  # type: ignore[arg-type]
+        asyncio.run(CoordinatorRunner(max_retries=1).astep(conv, loser, "go"))
     assert loser.calls == 2
     assert any("gave up after 2 attempts" in n for n in getattr(info.value, "__notes__", []))
     assert conv.get("n") == 1
@@ -446,8 +485,8 @@ def test_astep_retries_after_a_concurrent_write(manager: GlobalStateManager) -> 
 def test_an_async_coordinator_through_the_sync_run_outside_a_loop(manager: GlobalStateManager) -> None:
     conv = manager.get_conversation_state("c")
     first = AsyncSay("async one", handoff_to="two")
-    runner = CoordinatorRunner({"two": AsyncSay("async two")})  # type: ignore[dict-item]
-    loop = runner.run(conv, first, "hi")  # type: ignore[arg-type]
+    runner = CoordinatorRunner({"two": AsyncSay("async two")})
+    loop = runner.run(conv, first, "hi")
     assert loop.stopped_because == "no handoff"
     assert conv.snapshot().messages == ("async one", "async two")
     assert first.calls == 1
@@ -460,8 +499,10 @@ def test_an_async_coordinator_through_the_sync_step_inside_a_loop_is_refused(
     runner = CoordinatorRunner()
 
     async def main() -> None:
-        with pytest.raises(VictorActorsError, match="arun/astep"):
-            runner.step(conv, AsyncSay("x"), "hi")  # type: ignore[arg-type]
+        coordinator = AsyncSay("x")
+        with pytest.raises(VictorActorsError, match=r"coordinator AsyncSay is async .* a-prefixed twin"):
+            runner.step(conv, coordinator, "hi")
+        assert coordinator.calls == 0  # its coroutine was closed, never run
 
     asyncio.run(main())
     assert conv.version == 0
@@ -501,11 +542,13 @@ class TeamCounter:
         )
 
 
-def test_cross_scope_decisions_commit_atomically_in_both_scopes(manager: GlobalStateManager) -> None:
+def test_cross_scope_decisions_commit_atomically_in_both_scopes(
+    via: Via, manager: GlobalStateManager
+) -> None:
     team = manager.get_team_state("t")
     conv = manager.get_conversation_state("c", team_id="t")
     team.set("count", 1)
-    record = CoordinatorRunner().step(conv, TeamCounter(team, False), "go")
+    record = via.step(CoordinatorRunner(), conv, TeamCounter(team, False), "go")
     commit = record.commit
     assert commit is not None and record.attempts == 1
     assert set(commit.involved) == {team.ref, conv.ref}
@@ -516,12 +559,12 @@ def test_cross_scope_decisions_commit_atomically_in_both_scopes(manager: GlobalS
     assert team.get("count") == 2 and conv.snapshot().messages[0]["content"] == "count is 2"
 
 
-def test_cross_scope_decisions_retry_when_the_team_moved(manager: GlobalStateManager) -> None:
+def test_cross_scope_decisions_retry_when_the_team_moved(via: Via, manager: GlobalStateManager) -> None:
     team = manager.get_team_state("t")
     conv = manager.get_conversation_state("c", team_id="t")
     team.set("count", 1)
     coord = TeamCounter(team, True)
-    record = CoordinatorRunner().step(conv, coord, "go")
+    record = via.step(CoordinatorRunner(), conv, coord, "go")
     assert record.attempts == 2 and coord.calls == 2
     assert team.get("count") == 101  # counted on top of the other agent's write, not over it
     snap = conv.snapshot()
@@ -529,11 +572,13 @@ def test_cross_scope_decisions_retry_when_the_team_moved(manager: GlobalStateMan
     assert snap.version == 1 and team.version == 3
 
 
-def test_cross_scope_conflict_without_retries_applies_in_neither_scope(manager: GlobalStateManager) -> None:
+def test_cross_scope_conflict_without_retries_applies_in_neither_scope(
+    via: Via, manager: GlobalStateManager
+) -> None:
     team = manager.get_team_state("t")
     conv = manager.get_conversation_state("c", team_id="t")
     with pytest.raises(VersionConflictError) as info:
-        CoordinatorRunner(max_retries=0).step(conv, TeamCounter(team, True), "go")
+        via.step(CoordinatorRunner(max_retries=0), conv, TeamCounter(team, True), "go")
     assert info.value.current_version == 1
     assert conv.version == 0 and conv.snapshot().message_count == 0
     assert team.get("count") == 100 and team.version == 1
@@ -544,24 +589,15 @@ def test_concurrent_runners_on_one_team_lose_no_update(manager: GlobalStateManag
     convs = [manager.get_conversation_state(f"c{i}", team_id="t") for i in range(4)]
     runner = CoordinatorRunner(max_retries=1000)
     attempts: list[int] = []
-    errors: list[BaseException] = []
     lock = threading.Lock()
 
-    def agent(conv: ScopeHandle) -> None:
-        try:
-            for _ in range(25):
-                rec = runner.step(conv, TeamCounter(team, False), "go")
-                with lock:
-                    attempts.append(rec.attempts)
-        except BaseException as exc:  # pragma: no cover - reported below
-            errors.append(exc)
+    def agent(i: int) -> None:
+        for _ in range(25):
+            rec = runner.step(convs[i], TeamCounter(team, False), "go")
+            with lock:
+                attempts.append(rec.attempts)
 
-    threads = [threading.Thread(target=agent, args=(c,)) for c in convs]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(30)
-    assert not errors, errors
+    _in_threads(agent, len(convs))
     assert team.get("count") == 100
     assert all(c.snapshot().message_count == 25 for c in convs)
     assert len(attempts) == 100 and min(attempts) >= 1

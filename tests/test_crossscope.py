@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers import Gate
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -32,7 +33,8 @@ from victor_actors.testing import inject_fault
 def _increment(conv: object, team: object, label: str) -> int:
     """Bump the team counter and add a message to ``conv`` in one batch; retry on conflict.
 
-    Retries back off a little, with jitter, as optimistic writers under contention should.
+    Retries back off a little, with jitter, as optimistic writers under contention should (the
+    sleep is that backoff, part of the workload; it orders nothing).
     """
     tries = 0
     rng = random.Random()
@@ -224,17 +226,30 @@ def test_a_rejected_part_aborts_the_whole_batch(manager: GlobalStateManager) -> 
 
 
 def test_a_participant_missing_its_deadline_aborts(manager: GlobalStateManager) -> None:
+    """The team is held by a gate past the batch's deadline: the batch aborts in both scopes.
+
+    The caller's DeadlineExceededError is not enough: the batch's prepare request still sits in the
+    team's mailbox when the gate opens. quiesce returns only once the team has handled it and
+    anything it could have set off has finished, so the negative checks cannot pass because a late
+    commit is merely slow. The 0.1 s timeout is the behaviour under test, not an ordering wait.
+    Checked against a mutant whose ``ScopeHandle.apply`` raises DeadlineExceededError at the
+    deadline but lets the transaction go on in a background thread (with a later deadline), its
+    coordinator pausing 0.3 s after each yes vote: the old sleep-based test passed on it, this one
+    fails; it fails on the mutant without the pause too.
+    """
     team = manager.get_team_state("t")
     conv = manager.get_conversation_state("c", team_id="t")
-    inject_fault(manager, team.ref, lambda: time.sleep(0.5))
-    busy = threading.Thread(target=lambda: team.set("busy", 1))
-    busy.start()
-    time.sleep(0.05)
-    with pytest.raises(DeadlineExceededError):
-        conv.apply(TransitionBatch().add_message("m").update_state("k", 1, scope="team"), timeout=0.1)
+    with Gate() as gate:
+        gate.hold(manager, team.ref)
+        busy = threading.Thread(target=lambda: team.set("busy", 1))
+        busy.start()
+        gate.wait_held()
+        with pytest.raises(DeadlineExceededError):
+            conv.apply(TransitionBatch().add_message("m").update_state("k", 1, scope="team"), timeout=0.1)
     busy.join()
-    time.sleep(0.1)
+    manager.quiesce()
     assert conv.version == 0 and team.get("k") is None and team.version == 1
+    assert conv.snapshot().messages == ()
 
 
 def test_events_share_the_commit_id_in_each_scopes_order(manager: GlobalStateManager) -> None:
@@ -249,9 +264,7 @@ def test_events_share_the_commit_id_in_each_scopes_order(manager: GlobalStateMan
         conv.apply(TransitionBatch().add_message(f"m{i}").update_state("n", i, scope="team"))
         for i in range(5)
     ]
-    deadline = time.monotonic() + 5
-    while (len(team_events) < 6 or len(conv_events) < 5) and time.monotonic() < deadline:
-        time.sleep(0.01)
+    manager.quiesce()
     assert [e.new_version for e in team_events] == [1, 2, 3, 4, 5, 6]
     assert [e.new_version for e in conv_events] == [1, 2, 3, 4, 5]
     assert [e.commit_id for e in team_events[1:]] == [c.commit_id for c in commits]

@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 
 EXAMPLES_DIR = Path(__file__).parent.parent / "examples"
-# Example scripts run as programs; example test files (test_*.py) run under pytest.
-SCRIPTS = sorted(p for p in EXAMPLES_DIR.glob("*.py") if not p.name.startswith("test_"))
+# Example scripts run as programs; example test files (test_*.py) run under pytest; modules the
+# scripts share (_*.py) are neither.
+SCRIPTS = sorted(p for p in EXAMPLES_DIR.glob("*.py") if not p.name.startswith(("test_", "_")))
 TEST_FILES = sorted(EXAMPLES_DIR.glob("test_*.py"))
 
 

@@ -20,7 +20,7 @@ import sys
 import textwrap
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
@@ -35,7 +35,6 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command, interrupt
 
 from victor_actors import GlobalStateManager, ScopeRef, StateScope, StoreLockedError, VictorActorsError
-from victor_actors._cli import main as cli_main
 from victor_actors.langgraph import DisallowedTypeError, StrictSerializer, VictorActorsSaver
 from victor_actors.langgraph import _layout as layout
 
@@ -306,29 +305,41 @@ def _ext_obj() -> ormsgpack.Ext:
 # -- concurrency ----------------------------------------------------------------------
 
 
-def test_concurrent_put_writes_lose_nothing(saver: VictorActorsSaver) -> None:
-    stored = put_chain(saver, "busy", 1)[0]
-    n_threads, tasks_each = 8, 25
-    barrier = threading.Barrier(n_threads)
+def in_threads(fn: Callable[[int], object], n: int) -> None:
+    """Run ``fn(0)``, ..., ``fn(n - 1)`` on ``n`` threads released together; fail on any error."""
+    barrier = threading.Barrier(n)
     errors: list[BaseException] = []
 
-    def worker(t: int) -> None:
+    def target(i: int) -> None:
         barrier.wait()
         try:
-            for k in range(tasks_each):
-                saver.put_writes(stored, [("a", f"{t}.{k}"), ("b", t * 1000 + k)], f"task-{t}-{k}")
+            fn(i)
         except BaseException as exc:  # pragma: no cover - reported below
             errors.append(exc)
 
-    threads = [threading.Thread(target=worker, args=(t,)) for t in range(n_threads)]
+    threads = [threading.Thread(target=target, args=(i,)) for i in range(n)]
     for th in threads:
         th.start()
     for th in threads:
-        th.join()
-    assert not errors
+        th.join(60)
+    assert not any(th.is_alive() for th in threads)
+    assert not errors, errors
+
+
+def test_concurrent_put_writes_lose_nothing(saver: VictorActorsSaver) -> None:
+    stored = put_chain(saver, "busy", 1)[0]
+    n_threads, tasks_each = 8, 25
+
+    def worker(t: int) -> None:
+        for k in range(tasks_each):
+            saver.put_writes(stored, [("a", f"{t}.{k}"), ("b", t * 1000 + k)], f"task-{t}-{k}")
+
+    in_threads(worker, n_threads)
     got = saver.get_tuple(stored)
     assert got is not None
-    expected = {(f"task-{t}-{k}", "a", f"{t}.{k}") for t in range(n_threads) for k in range(tasks_each)}
+    expected: set[tuple[str, str, object]] = {
+        (f"task-{t}-{k}", "a", f"{t}.{k}") for t in range(n_threads) for k in range(tasks_each)
+    }
     expected |= {(f"task-{t}-{k}", "b", t * 1000 + k) for t in range(n_threads) for k in range(tasks_each)}
     assert set(got.pending_writes or []) == expected and len(got.pending_writes or []) == len(expected)
 
@@ -348,18 +359,14 @@ def test_concurrent_puts_keep_every_checkpoint_and_the_newest_as_latest(saver: V
     ids: list[str] = []
     lock = threading.Lock()
 
-    def worker() -> None:
+    def worker(_: int) -> None:
         for i in range(15):
             cp = create_checkpoint(empty_checkpoint(), None, i)
             with lock:
                 ids.append(cp["id"])
             saver.put(cfg("racing"), cp, {"step": i}, {})
 
-    threads = [threading.Thread(target=worker) for _ in range(6)]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join()
+    in_threads(worker, 6)
     listed = [t.checkpoint["id"] for t in saver.list(cfg("racing"))]
     assert listed == sorted(ids, reverse=True)
     latest = saver.get_tuple(cfg("racing"))
@@ -401,30 +408,29 @@ def _crash_round(path: Path, start: int, min_puts: int, delay: float) -> tuple[i
         text=True,
     )
     assert proc.stdout is not None
-    puts, writes, by_step = set(), set(), {}
-    line = ""
+    puts: set[str] = set()
+    writes: set[str] = set()
+    by_step: dict[str, int] = {}
+
+    def acknowledged(line: str) -> None:
+        kind, i, *rest = line.split()
+        if kind == "put":
+            puts.add(rest[0])
+            by_step[rest[0]] = int(i)
+        else:
+            writes.add(next(c for c, s in by_step.items() if s == int(i)))
+
     while len(puts) < min_puts:
         line = proc.stdout.readline()
         if not line:
             raise AssertionError(f"the child stopped early: {proc.stderr.read() if proc.stderr else ''}")
-        kind, i, *rest = line.split()
-        if kind == "put":
-            puts.add(rest[0])
-            by_step[rest[0]] = int(i)
-        else:
-            writes.add(next(c for c, s in by_step.items() if s == int(i)))
+        acknowledged(line)
     time.sleep(delay)  # mid-put or mid-put_writes, most likely: they are most of the child's time
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     for line in proc.stdout:  # acknowledged before the kill landed
-        if not line.endswith("\n") or len(line.split()) < 2:
-            continue  # a line the kill cut short was never an acknowledgement
-        kind, i, *rest = line.split()
-        if kind == "put":
-            puts.add(rest[0])
-            by_step[rest[0]] = int(i)
-        else:
-            writes.add(next(c for c, s in by_step.items() if s == int(i)))
+        if line.endswith("\n") and len(line.split()) >= 2:  # a line the kill cut short acknowledged nothing
+            acknowledged(line)
     assert proc.returncode == -signal.SIGKILL
     return max(by_step.values()), puts, writes
 
@@ -522,12 +528,18 @@ def test_copy_thread_then_continue_the_copy(saver: VictorActorsSaver) -> None:
     assert graph.get_state(src).next == ("approve",)  # the source still waits
 
 
-def test_the_command_line_shows_threads_as_scopes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_command_line_shows_threads_as_scopes(tmp_path: Path) -> None:
     with VictorActorsSaver.open(tmp_path / "store") as saver:
         put_chain(saver, "shown", 3)
         put_chain(saver, "shown", 1, ns="child:1")
-    assert cli_main(["inspect", str(tmp_path / "store")]) == 0
-    out = capsys.readouterr().out
+    proc = subprocess.run(
+        [sys.executable, "-m", "victor_actors", "inspect", str(tmp_path / "store")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = proc.stdout
     assert "team:lg:shown" in out and "conversation:lg:shown:child:1" in out
     assert re.search(r"^ +conversation:lg:shown: +3 ", out, re.MULTILINE), out  # the root namespace, v3
 
@@ -536,7 +548,8 @@ def test_thread_ids_with_separators_do_not_collide(saver: VictorActorsSaver) -> 
     put_chain(saver, "a:b", 1, ns="")
     put_chain(saver, "a", 2, ns="b:")
     assert len(list(saver.list(cfg("a:b")))) == 1 and len(list(saver.list(cfg("a", "b:")))) == 2
-    assert saver._threads() == ["a", "a:b"]
+    threads = {t.config["configurable"]["thread_id"] for t in saver.list(None)}
+    assert threads == {"a", "a:b"}  # each id decoded back from its team scope
 
 
 def test_core_does_not_import_langgraph() -> None:

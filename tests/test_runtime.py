@@ -11,7 +11,7 @@ import threading
 import time
 
 import pytest
-from helpers import wait_for as _wait_for
+from helpers import Gate
 
 from victor_actors import (
     DeadlineExceededError,
@@ -289,8 +289,8 @@ def test_one_event_per_commit_in_order(manager: GlobalStateManager) -> None:
     conv.subscribe(seen.append)
     commits = [conv.set("k", i) for i in range(50)]
     conv.delete("never-there")  # no-op: no event
-    assert _wait_for(lambda: len(seen) == 50)
-    time.sleep(0.05)
+    manager.quiesce()  # every event is delivered: none missing, and no extra one still to come
+    assert len(seen) == 50
     assert [e.new_version for e in seen] == list(range(1, 51))
     assert [e.old_version for e in seen] == list(range(0, 50))
     assert [e.commit_id for e in seen] == [c.commit_id for c in commits]
@@ -306,7 +306,7 @@ def test_events_from_threads_arrive_in_commit_order(manager: GlobalStateManager)
         t.start()
     for t in threads:
         t.join()
-    assert _wait_for(lambda: len(seen) == 400)
+    manager.quiesce()
     assert seen == list(range(1, 401))
 
 
@@ -328,7 +328,8 @@ def test_a_raising_subscriber_affects_nothing(
     with caplog.at_level(logging.ERROR, logger="victor_actors"):
         assert conv.set("k", 1).version == 1
         assert conv.set("k", 2).version == 2
-        assert _wait_for(lambda: good == [1, 2])
+        manager.quiesce()
+        assert good == [1, 2]
     assert "subscriber bug" in caplog.text
 
 
@@ -349,13 +350,23 @@ def test_subscriber_writing_back_to_its_scope_does_not_deadlock(manager: GlobalS
 
 
 def test_closed_subscription_receives_nothing(manager: GlobalStateManager) -> None:
+    """After close, no event reaches the callback, however late it would have come.
+
+    The negative check waits for a positive signal: quiesce returns once every event of every
+    commit so far was delivered, so an event for the closed subscription has had its chance.
+    Checked against a mutant whose ``Subscription.close`` neither unsubscribes nor stops delivery
+    and whose event thread delivers a closed subscription's events 0.2 s late: the old check (a
+    0.05 s sleep) passed on it, this one fails; it fails on that mutant without the delay too.
+    """
     conv = manager.get_conversation_state("c")
     seen: list[int] = []
-    with conv.subscribe(lambda e: seen.append(e.new_version)):
+    with conv.subscribe(lambda e: seen.append(e.new_version)) as sub:
         conv.set("k", 1)
-        assert _wait_for(lambda: seen == [1])
+        manager.quiesce()
+        assert seen == [1]
+    assert sub.closed
     conv.set("k", 2)
-    time.sleep(0.05)
+    manager.quiesce()
     assert seen == [1]
 
 
@@ -376,64 +387,100 @@ def test_a_failure_inside_one_scope_stops_no_other(manager: GlobalStateManager, 
 
 
 def test_request_expiring_in_the_mailbox_is_not_applied(manager: GlobalStateManager) -> None:
+    """A request whose deadline passes while it waits in the mailbox is dropped, not applied late.
+
+    The actor is held by a gate until the late request's caller has given up; then quiesce returns
+    only once the actor has handled (and refused) the late request, so the check cannot pass just
+    because the bug is slow. The 0.1 s timeout is the behaviour under test, not an ordering wait.
+    Checked against a mutant whose ``ScopeActor._apply`` skips the deadline check (fails here), and
+    one that also waits 0.3 s before applying an expired request (the old sleep-based test passed
+    on it; this one fails).
+    """
     conv = manager.get_conversation_state("c")
-    inject_fault(manager, conv.ref, lambda: time.sleep(0.4))  # the next request hangs the actor a while
-    slow = threading.Thread(target=lambda: conv.set("slow", 1))
-    slow.start()
-    time.sleep(0.05)
-    with pytest.raises(DeadlineExceededError):
-        conv.set("late", 1, timeout=0.1)
+    with Gate() as gate:
+        gate.hold(manager, conv.ref)  # the next request holds the actor until the gate opens
+        slow = threading.Thread(target=lambda: conv.set("slow", 1))
+        slow.start()
+        gate.wait_held()
+        with pytest.raises(DeadlineExceededError):
+            conv.set("late", 1, timeout=0.1)
     slow.join()
-    assert _wait_for(lambda: conv.version == 1)
-    time.sleep(0.1)
+    manager.quiesce()  # the late request has been taken out of the mailbox and handled
     assert conv.get("late") is None and conv.get("slow") == 1
     assert conv.version == 1
 
 
 def test_async_deadline(manager: GlobalStateManager) -> None:
+    """The asyncio twin of the test above: an awaited request expiring in the mailbox is dropped.
+
+    Ordered by a gate and aquiesce, not sleeps (the 0.05 s timeout is the behaviour under test).
+    Checked against the same two mutants as the sync test (no deadline check in
+    ``ScopeActor._apply``; and that plus a 0.3 s delay before applying, which the old
+    sleep-based version passed on): both fail here.
+    """
     conv = manager.get_conversation_state("c")
-    inject_fault(manager, conv.ref, lambda: time.sleep(0.3))
+    gate = Gate().hold(manager, conv.ref)
 
     async def main() -> None:
-        first = asyncio.ensure_future(conv.aset("slow", 1))
-        await asyncio.sleep(0.05)
-        with pytest.raises(DeadlineExceededError):
-            await conv.aset("late", 1, timeout=0.05)
-        await first
+        try:
+            first = asyncio.ensure_future(conv.aset("slow", 1))
+            await asyncio.to_thread(gate.wait_held)
+            with pytest.raises(DeadlineExceededError):
+                await conv.aset("late", 1, timeout=0.05)
+        finally:
+            gate.open()
+        assert (await first).version == 1
+        await manager.aquiesce()  # the late request has been handled
 
     asyncio.run(main())
-    time.sleep(0.05)
     assert conv.get("late") is None
+    assert conv.version == 1
 
 
 def test_awaiting_a_busy_actor_leaves_the_loop_free(manager: GlobalStateManager) -> None:
-    convs = [manager.get_conversation_state(f"c{i}") for i in range(4)]
-    for c in convs:
-        inject_fault(manager, c.ref, lambda: time.sleep(0.8))
+    """200 awaits on four held actors; a ticker task on the same loop opens the gate.
 
-    async def main() -> tuple[float, float]:
+    The ticker counts its ticks once every actor is held, and opens the gate after 40 of them with
+    every await still pending: the loop ran while the awaits waited. A blocking await would stall
+    the ticker, nobody would open the gate, and the held requests would fail at the gate's timeout.
+    The ticker's 5 ms sleeps are the measurement, not an ordering wait.
+    """
+    convs = [manager.get_conversation_state(f"c{i}") for i in range(4)]
+    gate = Gate().hold(manager, *(c.ref for c in convs))
+
+    async def main() -> tuple[float, float, int]:
         gaps: list[float] = []
+        pending_at_open: list[int] = []
         stop = False
+        tasks = [asyncio.ensure_future(c.aadd_message(f"m{i}")) for c in convs for i in range(50)]
 
         async def ticker() -> None:
+            held_ticks = 0
             last = time.perf_counter()
             while not stop:
                 await asyncio.sleep(0.005)
                 now = time.perf_counter()
                 gaps.append(now - last)
                 last = now
+                if gate.held == len(convs) and not gate.is_open:
+                    held_ticks += 1
+                    if held_ticks == 40:
+                        pending_at_open.append(sum(not t.done() for t in tasks))
+                        gate.open()
 
         tick = asyncio.ensure_future(ticker())
         start = time.perf_counter()
-        await asyncio.gather(*(c.aadd_message(f"m{i}") for c in convs for i in range(50)))
+        try:
+            await asyncio.gather(*tasks)
+        finally:
+            gate.open()
         elapsed = time.perf_counter() - start
         stop = True
         await tick
-        return max(gaps), elapsed
+        return max(gaps), elapsed, pending_at_open[0]
 
-    longest_gap, elapsed = asyncio.run(main())
-    # Every await spent at least 0.8 s on a busy actor; a blocking await would stall the ticker that long.
-    assert elapsed >= 0.8
+    longest_gap, elapsed, pending_at_open = asyncio.run(main())
+    assert pending_at_open == 200  # the ticker ran 40 times while every await waited on a held actor
     assert longest_gap < elapsed / 3
     assert all(c.snapshot().message_count == 50 for c in convs)
 

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from victor_actors._cli import main
-from victor_actors._invariants import (
+from victor_actors.cli import main
+from victor_actors.sim import (
     AgentLedger,
     Expected,
     InvariantResult,

@@ -1,6 +1,8 @@
 """Supervision: failed scopes restart from their last committed state; siblings never notice.
 
-Real managers, real actors, real threads. Faults are injected with ``manager.inject_fault``.
+Real managers, real actors, real threads. Faults are injected with
+``victor_actors.testing.inject_fault``; ``manager.quiesce()`` waits until every restart request has
+been handled and every supervision event delivered.
 """
 
 from __future__ import annotations
@@ -21,7 +23,6 @@ from victor_actors import (
     ScopeFailedError,
     ScopeHandle,
     ScopeRef,
-    Subscription,
     TransitionBatch,
     TransitionValidationError,
     VersionConflictError,
@@ -39,11 +40,13 @@ class Recorder:
         self.manager = manager
         self._lock = threading.Lock()
         self._events: list[SupervisionEvent] = []
+        self._history: list[SupervisionEvent] = []  # every event, kept through clear()
         self.sub = manager.subscribe_supervision(self._add)
 
     def _add(self, event: SupervisionEvent) -> None:
         with self._lock:
             self._events.append(event)
+            self._history.append(event)
 
     @property
     def events(self) -> list[SupervisionEvent]:
@@ -56,17 +59,20 @@ class Recorder:
         ]
 
     def settle(self) -> list[tuple[str, str, str | None]]:
-        """Wait until every event published so far has been delivered; return them all.
+        """Wait until the runtime is quiet; return every event recorded.
 
         Supervision events are published (on the failing actor's thread) before the failed
-        request's caller gets its error, and the event thread delivers in publication order:
-        a marker published now arrives after all of them.
+        request's caller gets its error; quiesce returns once every restart request sent so far
+        has been handled and every event delivered.
         """
-        done = threading.Event()
-        marker = Subscription(None, lambda _event: done.set(), lambda _sub: None)
-        self.manager._bus.publish((marker,), None)  # type: ignore[arg-type]
-        assert done.wait(5.0), "the event thread did not deliver within 5 s"
+        self.manager.quiesce(5.0)
         return self.triples()
+
+    def restarts(self, *handles: ScopeHandle) -> list[int]:
+        """How many times each scope was restarted since this recorder started (call settle first)."""
+        with self._lock:
+            history = list(self._history)
+        return [sum(1 for e in history if e.kind == "restarted" and e.ref == h.ref) for h in handles]
 
     def clear(self) -> None:
         self.settle()
@@ -79,10 +85,6 @@ def _fail(manager: GlobalStateManager, handle: ScopeHandle, exc: BaseException |
     inject_fault(manager, handle.ref, exc if exc is not None else RuntimeError(f"{handle.ref} breaks"))
     with pytest.raises(ScopeFailedError, match="nothing was applied"):
         handle.set("never", "applied")
-
-
-def _restarts(*handles: ScopeHandle) -> list[int]:
-    return [h._cell.restarts for h in handles]
 
 
 # -- one failure, one restart -------------------------------------------------
@@ -110,6 +112,7 @@ def test_a_child_crashing_mid_batch_restarts_alone_from_its_committed_state(
     # Siblings keep being written from threads while ``a`` fails.
     stop = threading.Event()
     writes = {"b": 0, "c": 0}
+    wrote = {"b": threading.Event(), "c": threading.Event()}
     errors: list[BaseException] = []
 
     def hammer(name: str, handle: ScopeHandle) -> None:
@@ -117,13 +120,14 @@ def test_a_child_crashing_mid_batch_restarts_alone_from_its_committed_state(
             while not stop.is_set() or writes[name] < 50:
                 handle.apply(TransitionBatch().update_state("n", writes[name]).add_message(writes[name]))
                 writes[name] += 1
+                wrote[name].set()
         except BaseException as err:  # pragma: no cover - reported below
             errors.append(err)
 
     threads = [threading.Thread(target=hammer, args=(n, h)) for n, h in (("b", b), ("c", c))]
     for t in threads:
         t.start()
-    assert _wait_for(lambda: writes["b"] > 0 and writes["c"] > 0)
+    assert all(e.wait(5) for e in wrote.values())  # ``a`` fails while its siblings are being written
 
     inject_fault(manager, a.ref, exc)
     batch = (
@@ -148,7 +152,8 @@ def test_a_child_crashing_mid_batch_restarts_alone_from_its_committed_state(
     # Nothing of the batch is visible; the state and version are the last committed ones.
     assert a.snapshot().to_dict() == before
     assert a.version == 2
-    assert _wait_for(lambda: a._cell.restarts == 1)
+    manager.quiesce()
+    assert events.restarts(a) == [1]
     assert a.snapshot().to_dict() == before
 
     assert events.settle() == [
@@ -158,7 +163,7 @@ def test_a_child_crashing_mid_batch_restarts_alone_from_its_committed_state(
     assert all(type(exc).__name__ in e.reason for e in events.events)
 
     # The siblings and the supervisor were never disturbed.
-    assert _restarts(team, b, c, manager.get_global_state()) == [0, 0, 0, 0]
+    assert events.restarts(team, b, c, manager.get_global_state()) == [0, 0, 0, 0]
     assert team.version == 1
     for name, h in (("b", b), ("c", c)):
         assert h.version == 1 + writes[name]
@@ -182,7 +187,8 @@ def test_the_async_caller_gets_scope_failed_error_and_the_scope_restarts(manager
         assert (await conv.aset("k", 3)).version == 2
 
     asyncio.run(main())
-    assert conv._cell.restarts == 1
+    manager.quiesce()
+    assert manager.stats()["restarts"] == 1  # the conversation, the only scope that failed
     assert conv.get("k") == 3
 
 
@@ -200,7 +206,7 @@ def test_a_failure_while_preparing_a_cross_scope_batch_applies_nowhere(manager: 
         ("restarted", "team:t", GLOBAL),
         ("restarted", "conversation:c", "team:t"),
     ]
-    assert _wait_for(lambda: _restarts(team, conv) == [1, 1])
+    assert events.restarts(team, conv) == [1, 1]
     assert conv.apply(TransitionBatch().update_state("k", 3).update_state("tk", 3, scope="team")).version == 2
     assert team.get("tk") == 3
 
@@ -212,12 +218,15 @@ def test_restart_with_a_durable_store_reloads_the_same_state_from_lmdb(tmp_path:
         for i in range(5):
             conv.apply(TransitionBatch().update_state(f"k{i}", {"i": i}).add_message(f"m{i}"))
         conv.apply(TransitionBatch().update_stage("acting").update_capability("tools", ["a", "b"]))
-        in_memory = conv._cell.state
-        before = conv.snapshot().to_dict()
+        in_memory = conv.snapshot()
+        before = in_memory.to_dict()
         _fail(manager, conv)
-        assert _wait_for(lambda: conv._cell.restarts == 1)
-        # Reloaded from the store: an equal state, rebuilt rather than the object held in memory.
-        assert conv._cell.state is not in_memory
+        manager.quiesce()
+        assert manager.stats()["restarts"] == 1
+        # Reloaded from the store: an equal state, rebuilt rather than the objects held in memory
+        # (a snapshot holds the scope's own message log, so its identity tells).
+        assert conv.snapshot().messages is not in_memory.messages
+        assert conv.snapshot().messages == in_memory.messages
         assert conv.snapshot().to_dict() == before
         assert conv.version == 6
         conv.add_message("after the restart")
@@ -228,53 +237,65 @@ def test_restart_with_a_durable_store_reloads_the_same_state_from_lmdb(tmp_path:
         assert again.get("k3") == {"i": 3}
 
 
-def test_requests_queued_behind_the_failing_one_are_served_after_the_restart(
-    manager: GlobalStateManager,
-) -> None:
-    conv = manager.get_conversation_state("c", team_id="t")
-    conv.set("start", True)
-    entered = threading.Event()
-    release = threading.Event()
-    restarts_seen: list[int] = []
+def test_requests_queued_behind_the_failing_one_are_served_after_the_restart(tmp_path: Path) -> None:
+    """The failed scope restarts on its own thread before it takes the requests queued behind.
 
-    def slow_crash() -> None:
-        entered.set()
-        release.wait(5.0)
-        time.sleep(0.2)
-        raise RuntimeError("crash after a while")
+    With a store the restart is visible through the public API: it rebuilds the state from LMDB,
+    so a snapshot taken after it holds a new message log, equal to the old one.
+    """
+    with GlobalStateManager.open(tmp_path) as manager:
+        conv = manager.get_conversation_state("c", team_id="t")
+        conv.apply(TransitionBatch().update_state("start", True).add_message("start"))
+        before = conv.snapshot()
+        entered = threading.Event()
+        release = threading.Event()
+        restarts_seen: list[tuple[int, bool]] = []
 
-    inject_fault(manager, conv.ref, slow_crash)
-    # Runs on the first queued request, in the actor, before it applies.
-    inject_fault(manager, conv.ref, lambda: restarts_seen.append(conv._cell.restarts))
+        def slow_crash() -> None:
+            entered.set()
+            release.wait(5.0)
+            raise RuntimeError("crash after a while")
 
-    outcomes: dict[int, object] = {}
+        def first_queued() -> None:
+            # Runs on the first queued request, in the actor, before it applies: the restarts the
+            # supervisor has made by then, and whether the state was rebuilt from the store already.
+            restarts_seen.append(
+                (manager.stats()["restarts"], conv.snapshot().messages is not before.messages)
+            )
 
-    def write(i: int) -> None:
-        try:
-            outcomes[i] = conv.apply(TransitionBatch().add_message(f"q{i}").update_state("last", i))
-        except BaseException as err:
-            outcomes[i] = err
+        inject_fault(manager, conv.ref, slow_crash)
+        inject_fault(manager, conv.ref, first_queued)
 
-    first = threading.Thread(target=write, args=(-1,))
-    first.start()
-    assert entered.wait(5.0)
-    inbox = conv._cell.actor.actor_inbox  # type: ignore[union-attr]
-    queued = []
-    for i in range(6):
-        t = threading.Thread(target=write, args=(i,))
-        t.start()
-        queued.append(t)
-        assert _wait_for(lambda i=i: inbox.qsize() == i + 1), "the request did not reach the mailbox"
-    release.set()
-    for t in (first, *queued):
-        t.join(10)
+        outcomes: dict[int, object] = {}
 
-    assert isinstance(outcomes[-1], ScopeFailedError)
-    assert restarts_seen == [1]  # the restart happened before the queued requests were handled
-    versions = [outcomes[i].version for i in range(6)]  # type: ignore[attr-defined]
-    assert versions == [2, 3, 4, 5, 6, 7]
-    assert conv.snapshot().messages == tuple(f"q{i}" for i in range(6))
-    assert conv.get("last") == 5
+        def write(i: int) -> None:
+            try:
+                outcomes[i] = conv.apply(TransitionBatch().add_message(f"q{i}").update_state("last", i))
+            except BaseException as err:
+                outcomes[i] = err
+
+        first = threading.Thread(target=write, args=(-1,))
+        first.start()
+        assert entered.wait(5.0)
+        queued = []
+        for i in range(6):
+            t = threading.Thread(target=write, args=(i,))
+            t.start()
+            queued.append(t)
+            # one at a time, so they queue in order; nothing signals a request reaching the mailbox
+            assert _wait_for(lambda i=i: manager.stats()["mailbox_depth_max"] == i + 1), (
+                "the request did not reach the mailbox"
+            )
+        release.set()
+        for t in (first, *queued):
+            t.join(10)
+
+        assert isinstance(outcomes[-1], ScopeFailedError)
+        assert restarts_seen == [(1, True)]  # the restart happened before the queued requests were handled
+        versions = [outcomes[i].version for i in range(6)]  # type: ignore[attr-defined]
+        assert versions == [2, 3, 4, 5, 6, 7]
+        assert conv.snapshot().messages == ("start", *(f"q{i}" for i in range(6)))
+        assert conv.get("last") == 5
 
 
 # -- strategies -----------------------------------------------------------------
@@ -292,14 +313,14 @@ def test_one_for_all_restarts_exactly_the_supervisors_children(manager: GlobalSt
 
     _fail(manager, kids[1])
 
-    assert _wait_for(lambda: _restarts(*kids) == [1, 1, 1])
     assert events.settle() == [
         ("failed", "conversation:c1", "team:t"),
         ("restarted", "conversation:c0", "team:t"),
         ("restarted", "conversation:c1", "team:t"),
         ("restarted", "conversation:c2", "team:t"),
     ]
-    assert _restarts(team, other_team, stranger, manager.get_global_state()) == [0, 0, 0, 0]
+    assert events.restarts(*kids) == [1, 1, 1]
+    assert events.restarts(team, other_team, stranger, manager.get_global_state()) == [0, 0, 0, 0]
     assert [k.get("i") for k in kids] == [0, 1, 2]
     assert [k.version for k in kids] == [1, 1, 1]
     stats = manager.stats()
@@ -316,14 +337,14 @@ def test_rest_for_one_restarts_the_failed_child_and_those_created_after_it(
 
     _fail(manager, kids[1])
 
-    assert _wait_for(lambda: _restarts(*kids) == [0, 1, 1, 1])
     assert events.settle() == [
         ("failed", "conversation:c1", "team:t"),
         ("restarted", "conversation:c1", "team:t"),
         ("restarted", "conversation:c2", "team:t"),
         ("restarted", "conversation:c3", "team:t"),
     ]
-    assert _restarts(team, kids[0]) == [0, 0]
+    assert events.restarts(*kids) == [0, 1, 1, 1]
+    assert events.restarts(team, kids[0]) == [0, 0]
 
 
 def test_restarting_a_scope_restarts_its_descendants(manager: GlobalStateManager) -> None:
@@ -338,14 +359,14 @@ def test_restarting_a_scope_restarts_its_descendants(manager: GlobalStateManager
 
     _fail(manager, wf)
 
-    assert _wait_for(lambda: _restarts(wf, x, y) == [1, 1, 1])
     assert events.settle() == [
         ("failed", "workflow:wf", "team:t"),
         ("restarted", "workflow:wf", "team:t"),
         ("restarted", "conversation:x", "workflow:wf"),
         ("restarted", "conversation:y", "workflow:wf"),
     ]
-    assert _restarts(team, z) == [0, 0]
+    assert events.restarts(wf, x, y) == [1, 1, 1]
+    assert events.restarts(team, z) == [0, 0]
     assert wf.to_dict() == {"plan": [1, 2]}
     assert x.snapshot().messages == ("hi",)
 
@@ -386,8 +407,8 @@ def test_exceeding_the_restart_intensity_escalates_to_the_supervisors_supervisor
     ]
     escalated = events.events[1]
     assert "team:t exceeded 2 restarts in 10" in escalated.reason
-    assert _wait_for(lambda: _restarts(team, c1, c2) == [1, 3, 1])
-    assert manager.get_global_state()._cell.restarts == 0
+    assert events.restarts(team, c1, c2) == [1, 3, 1]
+    assert events.restarts(manager.get_global_state()) == [0]
     assert (team.get("goal"), c1.get("k"), team.version, c1.version) == ("g", 1, 1, 1)
     stats = manager.stats()
     assert (stats["failures"], stats["restarts"], stats["escalations"]) == (3, 5, 1)
@@ -400,7 +421,7 @@ def test_restarts_outside_the_window_do_not_count(manager: GlobalStateManager) -
     events = Recorder(manager)
     for _ in range(3):
         _fail(manager, conv)
-        time.sleep(0.1)  # let the window pass: not an assertion on time
+        time.sleep(0.1)  # the 0.05 s window passing is the behaviour under test: not an ordering wait
     assert [k for k, _r, _s in events.settle()] == ["failed", "restarted"] * 3
     assert manager.stats()["escalations"] == 0
 
@@ -549,7 +570,7 @@ def test_rejected_batches_are_not_failures(manager: GlobalStateManager) -> None:
 
     assert conv.version == 2 and team.version == 0
     assert events.settle() == []
-    assert _restarts(team, conv, other) == [0, 0, 0]
+    assert events.restarts(team, conv, other) == [0, 0, 0]
     stats = manager.stats()
     assert (stats["failures"], stats["restarts"], stats["escalations"]) == (0, 0, 0)
 

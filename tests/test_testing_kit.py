@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -136,10 +135,25 @@ def _replay(source: Recorder, change: Callable[[Received | Published], object] |
     return planted
 
 
-def _leak(manager: GlobalStateManager, ref: ScopeRef, **changes: Any) -> None:
-    """Change ``ref``'s committed state without a commit: what a runtime bug would do."""
+def _leak(
+    manager: GlobalStateManager,
+    ref: ScopeRef,
+    *,
+    messages: tuple[Any, ...] = (),
+    values: dict[str, Any] | None = None,
+) -> None:
+    """Append ``messages`` to ``ref``'s committed state and set ``values`` in it, without a commit:
+    what a runtime bug would do.
+
+    There is no public way to corrupt a scope, by design, so this is the one place this module
+    reaches into the runtime's private attributes (the scope's cell).
+    """
     cell = manager.scope(ref)._cell
-    cell.state = attrs.evolve(cell.state, **changes)
+    state = cell.state
+    new_values = state.values
+    for key, value in (values or {}).items():
+        new_values = new_values.set(key, value)
+    cell.state = attrs.evolve(state, messages=state.messages.extended(list(messages)), values=new_values)
 
 
 # -- fixtures -------------------------------------------------------------------------------------
@@ -242,15 +256,18 @@ def test_recorders_stack_and_detach_in_any_order(state_manager: GlobalStateManag
 def test_wait_quiet_waits_for_a_busy_scope(state_manager: GlobalStateManager, recorder: Recorder) -> None:
     conv = state_manager.get_conversation_state("busy")
     stop = threading.Event()
+    chatting = threading.Event()
 
     def chatter() -> None:
         while not stop.is_set():
             conv.add_message("tick")
-            time.sleep(0.002)
+            chatting.set()
 
     thread = threading.Thread(target=chatter)
     thread.start()
     try:
+        assert chatting.wait(5)  # the scope is busy before we start to wait
+        # wait_quiet's quiet period and timeout are what is under test: real time, not an ordering
         assert recorder.wait_quiet(quiet=0.2, timeout=0.4) is False
     finally:
         stop.set()
@@ -319,7 +336,7 @@ def test_assert_isolated_catches_a_leaked_message(
     assert_isolated(recorder, a, b)
 
     secret = a.snapshot().messages[0]
-    _leak(state_manager, b.ref, messages=b._cell.state.messages.extended([secret]))
+    _leak(state_manager, b.ref, messages=(secret,))
     with pytest.raises(AssertionError) as info:
         assert_isolated(recorder, a, b)
     text = str(info.value)
@@ -334,7 +351,7 @@ def test_assert_isolated_catches_a_leaked_key(state_manager: GlobalStateManager,
     b = state_manager.get_conversation_state("b")
     a.update({"plan": "a's plan"})
     b.update({"plan": "b's plan"})
-    _leak(state_manager, b.ref, values=b._cell.state.values.set("plan", "a's plan").set("only_a", 1))
+    _leak(state_manager, b.ref, values={"plan": "a's plan", "only_a": 1})
     a.set("only_a", 1)
     with pytest.raises(AssertionError) as info:
         assert_isolated(state_manager, "a", "conversation:b")
@@ -350,8 +367,7 @@ def test_assert_isolated_catches_a_leaked_key(state_manager: GlobalStateManager,
 def test_assert_isolated_counts_messages(state_manager: GlobalStateManager, recorder: Recorder) -> None:
     conv = state_manager.get_conversation_state("c")
     conv.add_message("ok")
-    log = conv._cell.state.messages
-    _leak(state_manager, conv.ref, messages=log.extended(["ok"]))  # sent once, shown twice
+    _leak(state_manager, conv.ref, messages=("ok",))  # sent once, shown twice
     with pytest.raises(AssertionError, match=r"holds message 'ok' at index 1.*not that many times"):
         assert_isolated(recorder, conv)
 
@@ -362,7 +378,7 @@ def test_assert_isolated_without_a_recorder_compares_by_value(state_manager: Glo
     a.apply(TransitionBatch().add_message("from a").update_state("k", "a"))
     b.apply(TransitionBatch().add_message("from b").update_state("k", "b"))
     assert_isolated(state_manager)
-    _leak(state_manager, b.ref, messages=b._cell.state.messages.extended(["from a"]))
+    _leak(state_manager, b.ref, messages=("from a",))
     with pytest.raises(AssertionError) as info:
         assert_isolated(state_manager, a, b)
     assert "compared by value" in str(info.value)
@@ -554,7 +570,7 @@ def test_assert_commit_order_checks_the_first_event_against_the_baseline(
     with pytest.raises(AssertionError, match=r"event 2 of 2 .* starts from v3, but the previous event ended"):
         assert_commit_order(rec)
     late = Recorder(state_manager, attach=False)
-    late._baselines[conv.ref] = conv._cell.state  # version 2, as if attached now
+    late.clear()  # every scope's current state (conv at version 2) is its baseline: as if attached now
     late.observe("published", conv.ref, first)
     with pytest.raises(AssertionError, match=r"starts from v1, but the scope was at v2 when the recorder"):
         assert_commit_order(late)

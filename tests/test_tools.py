@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import wait_for as _wait_for
 
 from victor_actors import (
     ContextSnapshot,
@@ -121,7 +120,8 @@ def test_the_executor_runs_after_the_commit_and_sees_it(tmp_path: Path) -> None:
             .execute_tool("search", {"q": "x"}, request_id="req-1")
         )
         assert set(commit.involved) == {conv.ref, team.ref}  # a cross-scope commit, dispatched after it
-        assert _wait_for(lambda: _settled(conv))
+        manager.quiesce()
+        assert _settled(conv)
         assert seen["pending"] and seen["own_write"] == "v1" and seen["team_write"] == "searching"
         assert seen["message"] == ("looking it up",)
         assert seen["stored_pending"] and seen["stored_write"] == "v1"  # durable before it was dispatched
@@ -143,7 +143,8 @@ def test_a_rejected_batch_dispatches_nothing(manager: GlobalStateManager) -> Non
     rec = Recorder()
     manager.register_tool("search", rec)
     conv.apply(TransitionBatch().execute_tool("search", {"n": 0}, request_id="first"))
-    assert _wait_for(lambda: _settled(conv))
+    manager.quiesce()
+    assert _settled(conv)
     release = threading.Event()
     manager.register_tool("search", Recorder(lambda call: release.wait(5)))  # keeps "held" pending
     conv.apply(TransitionBatch().execute_tool("search", {"n": 1}, request_id="held"))
@@ -197,7 +198,8 @@ def test_a_rejected_batch_dispatches_nothing(manager: GlobalStateManager) -> Non
     assert team.version == 0
     release.set()
     assert manager.tools.wait_idle(5)
-    assert _wait_for(lambda: _settled(conv))
+    manager.quiesce()
+    assert _settled(conv)
     assert manager.tools.dispatched == 2
     assert rec.per_request() == Counter({"first": 1})
     assert set(_results(conv.snapshot())) == {"first", "held"}
@@ -212,7 +214,7 @@ def test_sync_and_async_executors(manager: GlobalStateManager) -> None:
 
     async def fetch(call: ToolCall) -> dict[str, Any]:
         loops.append(asyncio.get_running_loop().is_running())
-        await asyncio.sleep(0.01)
+        await asyncio.sleep(0)  # it really awaits: the executor runs on an event loop
         return {"url": call.arguments["url"], "status": 200}
 
     manager.register_tool("add", add)
@@ -222,7 +224,8 @@ def test_sync_and_async_executors(manager: GlobalStateManager) -> None:
         .execute_tool("add", {"a": 2, "b": 3}, request_id="sum")
         .execute_tool("fetch", {"url": "https://example.org"}, request_id="get")
     )
-    assert _wait_for(lambda: _settled(conv))
+    manager.quiesce()
+    assert _settled(conv)
     results = _results(conv.snapshot())
     assert results["sum"]["content"] == 5 and results["sum"]["error"] is None
     assert results["get"]["content"] == {"url": "https://example.org", "status": 200}
@@ -235,7 +238,8 @@ def test_the_executor_gets_a_tool_call(manager: GlobalStateManager) -> None:
     rec = Recorder(lambda call: None)
     manager.register_tool("t", rec)
     conv.apply(TransitionBatch().execute_tool("t", {"nested": {"list": [1, 2]}}, request_id="k"))
-    assert _wait_for(lambda: _settled(conv))
+    manager.quiesce()
+    assert _settled(conv)
     (call,) = rec.calls
     assert call.request_id == "k" and call.tool_name == "t" and call.scope == conv.ref
     assert call.redelivery is False
@@ -260,7 +264,8 @@ def test_a_tool_that_raises_yields_a_result_carrying_the_error(
 
     manager.register_tool("broken", broken if kind == "sync" else abroken)
     conv.apply(TransitionBatch().execute_tool("broken", {"x": 7}, request_id="r"))
-    assert _wait_for(lambda: _settled(conv))
+    manager.quiesce()
+    assert _settled(conv)
     result = _results(conv.snapshot())["r"]
     assert result["error"] == "ValueError: bad input 7"
     assert result["content"] is None
@@ -280,7 +285,7 @@ def test_a_tool_past_its_timeout_yields_a_timeout_error(manager: GlobalStateMana
 
     async def ahangs(call: ToolCall) -> str:
         try:
-            await asyncio.sleep(5)
+            await asyncio.Event().wait()  # hangs until it is cancelled
         except asyncio.CancelledError:
             cancelled.set()
             raise
@@ -288,7 +293,8 @@ def test_a_tool_past_its_timeout_yields_a_timeout_error(manager: GlobalStateMana
 
     manager.register_tool("slow", hangs if kind == "sync" else ahangs, timeout=0.1)
     conv.apply(TransitionBatch().execute_tool("slow", {}, request_id="r"))
-    assert _wait_for(lambda: _settled(conv))
+    manager.quiesce()
+    assert _settled(conv)
     result = _results(conv.snapshot())["r"]
     assert result["error"].startswith("TimeoutError: ")
     assert "slow did not finish within 0.1 s" in result["error"]
@@ -351,7 +357,8 @@ def test_an_unstorable_result_is_stored_as_its_repr(manager: GlobalStateManager)
 
     manager.register_tool("opaque", lambda call: Opaque())
     conv.apply(TransitionBatch().execute_tool("opaque", {}, request_id="r"))
-    assert _wait_for(lambda: _settled(conv))
+    manager.quiesce()
+    assert _settled(conv)
     assert _results(conv.snapshot())["r"]["content"] == {"unstorable_result": "<opaque thing>"}
 
 
@@ -364,7 +371,8 @@ def test_an_executor_may_write_to_its_scope(manager: GlobalStateManager) -> None
 
     manager.register_tool("progress", progress)
     conv.apply(TransitionBatch().execute_tool("progress", {}, request_id="r"))
-    assert _wait_for(lambda: _settled(conv))
+    manager.quiesce()
+    assert _settled(conv)
     snap = conv.snapshot()
     assert snap.get_state("progress") == "half way" and _results(snap)["r"]["content"] == "done"
     assert snap.version == 3
@@ -385,7 +393,8 @@ def test_many_requests_each_run_once(manager: GlobalStateManager) -> None:
     for t in threads:
         t.join(30)
     assert manager.tools.wait_idle(10)
-    assert all(_wait_for(lambda c=c: _settled(c)) for c in convs)
+    manager.quiesce()
+    assert all(_settled(c) for c in convs)
     assert rec.per_request() == Counter({f"c{i}-{n}": 1 for i in range(5) for n in range(20)})
     for c in convs:
         results = _results(c.snapshot())
@@ -440,7 +449,8 @@ def _check_redelivered(manager: GlobalStateManager, rec: Recorder) -> None:
     conv = manager.get_conversation_state("c")
     team = manager.get_team_state("t")
     assert manager.tools.wait_idle(10)
-    assert _wait_for(lambda: _settled(conv) and _settled(team))
+    manager.quiesce()
+    assert _settled(conv) and _settled(team)
     assert rec.per_request() == Counter(dict.fromkeys(_SEARCH_IDS, 1))  # each exactly once
     assert all(c.redelivery for c in rec.calls)
     assert {c.request_id: c.arguments["q"] for c in rec.calls} == {

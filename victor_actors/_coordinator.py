@@ -9,6 +9,10 @@ if another writer got there first (:class:`VersionConflictError`) it takes a fre
 snapshot and asks the coordinator again, a bounded number of times. Then it
 stops on ``should_continue=False``, follows ``handoff_to`` to the coordinator
 registered under that name, or stops when there is nowhere to hand off to.
+Each step is the read-modify-write loop of :meth:`ScopeHandle.modify`, with
+the runner's own additions (``validate_reads``, the attempt count); step and
+loop are written once, as generators, for the blocking and the asyncio
+methods (see ``_twins.py``).
 
 Tool use needs no special path: a coordinator returns an EXECUTE_TOOL
 transition, which commits with its batch and is dispatched afterwards (see
@@ -19,7 +23,6 @@ shows. Nested coordinators get the same snapshot and their results merge
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import logging
 from collections.abc import Awaitable, Mapping
@@ -31,6 +34,7 @@ from victor_actors._crossscope import split_by_scope
 from victor_actors._errors import VersionConflictError, VictorActorsError
 from victor_actors._model import CoordinatorResult, TransitionBatch
 from victor_actors._state import ContextSnapshot, StateChanged
+from victor_actors._twins import Step, StepGen, adrive, drive, resolve_sync
 
 if TYPE_CHECKING:
     from victor_actors._handle import ScopeHandle
@@ -154,52 +158,46 @@ class CoordinatorRunner:
         Raises:
             VersionConflictError: still conflicting after ``max_retries``
                 fresh snapshots (with a note saying so).
+            VictorActorsError: the coordinator is ``async`` and an event loop
+                is running in this thread (use :meth:`astep`), or it returned
+                something other than a :class:`CoordinatorResult`.
         """
-        name, coord = self._resolve(coordinator)
-        for attempt in range(1, self.max_retries + 2):
-            snapshot = handle.snapshot()
-            result = _call_sync(coord, snapshot, user_message)
-            try:
-                return self._apply(handle, name, result, snapshot, attempt)
-            except VersionConflictError as exc:
-                if attempt > self.max_retries:
-                    exc.add_note(f"{name}: gave up after {attempt} attempts with fresh snapshots")
-                    raise
-        raise AssertionError("unreachable")  # pragma: no cover
+        return drive(self._step(handle, coordinator, user_message))
 
     async def astep(
         self, handle: ScopeHandle, coordinator: str | Coordinator, user_message: str
     ) -> StepRecord:
-        """The asyncio twin of :meth:`step`."""
+        """The asyncio twin of :meth:`step`; the coordinator may be plain or ``async``."""
+        return await adrive(self._step(handle, coordinator, user_message))
+
+    def _step(
+        self, handle: ScopeHandle, coordinator: str | Coordinator, user_message: str
+    ) -> StepGen[StepRecord]:
+        """One step, once for :meth:`step` and :meth:`astep`.
+
+        The optimistic loop of ``handle.modify``, kept here because a step
+        also checks, with ``validate_reads``, the scopes the snapshot only
+        read, skips the round trip for an empty decision, and counts its
+        attempts for the :class:`StepRecord`.
+        """
         name, coord = self._resolve(coordinator)
         for attempt in range(1, self.max_retries + 2):
-            snapshot = await handle.asnapshot()
-            result = coord.process(snapshot, user_message)
-            if inspect.isawaitable(result):
-                result = await result
+            snapshot = handle.snapshot()
+            result: CoordinatorResult = yield Step(_decide, _adecide, name, coord, snapshot, user_message)
+            _log(name, result)
+            if result.transitions.is_empty():
+                return StepRecord(name, result, None, attempt)
+            expected = self._expected(handle, snapshot, result)
+            apply = Step(handle.apply, handle.aapply, result.transitions, expected_version=expected)
             try:
-                return await self._aapply(handle, name, _checked(name, result), snapshot, attempt)
+                commit = yield apply
             except VersionConflictError as exc:
                 if attempt > self.max_retries:
                     exc.add_note(f"{name}: gave up after {attempt} attempts with fresh snapshots")
                     raise
+                continue
+            return StepRecord(name, result, commit, attempt)
         raise AssertionError("unreachable")  # pragma: no cover
-
-    def _apply(
-        self,
-        handle: ScopeHandle,
-        name: str,
-        result: CoordinatorResult,
-        snapshot: ContextSnapshot,
-        attempt: int,
-    ) -> StepRecord:
-        _log(name, result)
-        commit = None
-        if not result.transitions.is_empty():
-            commit = handle.apply(
-                result.transitions, expected_version=self._expected(handle, snapshot, result)
-            )
-        return StepRecord(name, result, commit, attempt)
 
     def _expected(
         self, handle: ScopeHandle, snapshot: ContextSnapshot, result: CoordinatorResult
@@ -214,29 +212,32 @@ class CoordinatorRunner:
             written.update(parts)
         return {ref: v for ref, v in versions.items() if ref in written}
 
-    async def _aapply(
-        self,
-        handle: ScopeHandle,
-        name: str,
-        result: CoordinatorResult,
-        snapshot: ContextSnapshot,
-        attempt: int,
-    ) -> StepRecord:
-        _log(name, result)
-        commit = None
-        if not result.transitions.is_empty():
-            expected = self._expected(handle, snapshot, result)
-            commit = await handle.aapply(result.transitions, expected_version=expected)
-        return StepRecord(name, result, commit, attempt)
-
     # -- the loop -----------------------------------------------------------
 
     def run(self, handle: ScopeHandle, coordinator: str | Coordinator, user_message: str) -> LoopResult:
-        """Step, then follow ``handoff_to`` until a coordinator stops or none is named."""
+        """Step, then follow ``handoff_to`` until a coordinator stops or none is named.
+
+        Raises:
+            UnknownHandoffError: a coordinator handed off to a name nobody
+                registered; the steps before it stand.
+            The errors of :meth:`step`.
+        """
+        return drive(self._run(handle, coordinator, user_message))
+
+    async def arun(
+        self, handle: ScopeHandle, coordinator: str | Coordinator, user_message: str
+    ) -> LoopResult:
+        """The asyncio twin of :meth:`run`."""
+        return await adrive(self._run(handle, coordinator, user_message))
+
+    def _run(
+        self, handle: ScopeHandle, coordinator: str | Coordinator, user_message: str
+    ) -> StepGen[LoopResult]:
+        """The loop, once for :meth:`run` and :meth:`arun`."""
         steps: list[StepRecord] = []
         current: str | Coordinator = coordinator
         for _ in range(self.max_steps):
-            record = self.step(handle, current, user_message)
+            record = yield from self._step(handle, current, user_message)
             steps.append(record)
             stop = _stop_reason(record.result)
             if stop:
@@ -257,26 +258,11 @@ class CoordinatorRunner:
             )
         return name
 
-    async def arun(
-        self, handle: ScopeHandle, coordinator: str | Coordinator, user_message: str
-    ) -> LoopResult:
-        """The asyncio twin of :meth:`run`."""
-        steps: list[StepRecord] = []
-        current: str | Coordinator = coordinator
-        for _ in range(self.max_steps):
-            record = await self.astep(handle, current, user_message)
-            steps.append(record)
-            stop = _stop_reason(record.result)
-            if stop:
-                return LoopResult(tuple(steps), await handle.asnapshot(), stop)
-            current = self._next(record, steps, await handle.asnapshot())
-        return LoopResult(tuple(steps), await handle.asnapshot(), "max_steps")
-
     def nested(
         self, snapshot: ContextSnapshot, user_message: str, *coordinators: str | Coordinator
     ) -> CoordinatorResult:
         """Call several coordinators on the same snapshot and merge their results."""
-        return merge(*(_call_sync(self._resolve(c)[1], snapshot, user_message) for c in coordinators))
+        return merge(*(_decide(*self._resolve(c), snapshot, user_message) for c in coordinators))
 
 
 def _stop_reason(result: CoordinatorResult) -> str | None:
@@ -300,21 +286,19 @@ def _checked(name: str, result: Any) -> CoordinatorResult:
     return result
 
 
-def _call_sync(coordinator: Coordinator, snapshot: ContextSnapshot, user_message: str) -> CoordinatorResult:
-    name = type(coordinator).__name__
-    result = coordinator.process(snapshot, user_message)
-    if inspect.isawaitable(result):
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            return _checked(name, asyncio.run(_await(result)))
-        if inspect.iscoroutine(result):
-            result.close()  # never started: close it rather than leave it unawaited
-        raise VictorActorsError(
-            f"coordinator {name} is async and an event loop is running here: use the runner's arun/astep"
-        )
+def _decide(
+    name: str, coordinator: Coordinator, snapshot: ContextSnapshot, user_message: str
+) -> CoordinatorResult:
+    """``process`` for a sync caller: an ``async`` one runs to completion, unless a loop is running here."""
+    result = resolve_sync(coordinator.process(snapshot, user_message), f"coordinator {name}")
     return _checked(name, result)
 
 
-async def _await(awaitable: Awaitable[CoordinatorResult]) -> CoordinatorResult:
-    return await awaitable
+async def _adecide(
+    name: str, coordinator: Coordinator, snapshot: ContextSnapshot, user_message: str
+) -> CoordinatorResult:
+    """``process`` for an asyncio caller, plain or ``async``."""
+    result = coordinator.process(snapshot, user_message)
+    if inspect.isawaitable(result):
+        result = await result
+    return _checked(name, result)

@@ -26,7 +26,7 @@ import re
 from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
-from victor_actors._model import StateTransition, TransitionType
+from victor_actors import StateTransition, TransitionType
 
 __all__ = [
     "LATEST",

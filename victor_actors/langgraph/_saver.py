@@ -7,7 +7,6 @@ import builtins
 import os
 import random
 import threading
-import time
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from typing import Any, cast
 
@@ -25,21 +24,31 @@ from langgraph.checkpoint.base import (  # type: ignore[import-not-found, unused
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol  # type: ignore[import-not-found, unused-ignore]
 
-from victor_actors._errors import ScopeAccessError, VersionConflictError
-from victor_actors._handle import ScopeHandle
-from victor_actors._manager import GlobalStateManager
-from victor_actors._model import ScopeRef, StateScope, StateTransition
-from victor_actors._state import ContextSnapshot, MapView
+from victor_actors import (
+    ContextSnapshot,
+    GlobalStateManager,
+    ScopeAccessError,
+    ScopeHandle,
+    ScopeRef,
+    StateScope,
+    StateTransition,
+    VersionConflictError,
+)
+from victor_actors._twins import Step, StepGen, adrive, drive
 from victor_actors.langgraph import _layout as L
 from victor_actors.langgraph._serde import DisallowedTypeError, StrictSerializer
-from victor_actors.store import CheckpointRecord
+from victor_actors.lowlevel import MapView
 
 __all__ = ["VictorActorsSaver"]
 
-# Optimistic attempts (snapshot, build, apply with the expected version) before falling back to a
-# locked read-modify-write. One attempt is enough unless another writer of the namespace got in.
+# Optimistic attempts (handle.modify: snapshot, build, apply with the version read) before falling
+# back to a locked read-modify-write. One is enough unless another writer of the namespace got in.
 _TRIES = 3
 Build = Callable[[ContextSnapshot], "builtins.list[StateTransition] | None"]
+
+
+class _NothingToWrite(Exception):
+    """A build found the namespace already as wanted: no commit, and no round trip to its actor."""
 
 
 def _conf(config: RunnableConfig) -> tuple[str, str, str | None]:
@@ -146,18 +155,22 @@ class VictorActorsSaver(BaseCheckpointSaver[str]):  # type: ignore[misc, unused-
             self._handles[(thread_id, ns)] = handle
         return handle
 
-    def _cached(self, thread_id: str, ns: str, create: bool) -> ScopeHandle | None:
+    async def _alookup(self, thread_id: str, ns: str) -> ScopeHandle | None:
+        """:meth:`_lookup` for asyncio: off the loop, unless the handle is already known."""
+        handle = self._handles.get((thread_id, ns))
+        return handle if handle is not None else await asyncio.to_thread(self._lookup, thread_id, ns)
+
+    def _opened(self, thread_id: str, ns: str) -> ScopeHandle | None:
+        """The namespace's handle if this saver already created and listed it, else None."""
         key = (thread_id, ns)
-        if create and key not in self._registered:
-            return None
-        return self._handles.get(key)
+        return self._handles.get(key) if key in self._registered else None
 
     def _open_ns(self, thread_id: str, ns: str) -> ScopeHandle:
         """The namespace's scope, created (and listed in its thread's team) on first use."""
-        key = (thread_id, ns)
-        handle = self._handles.get(key)
-        if handle is not None and key in self._registered:
+        handle = self._opened(thread_id, ns)
+        if handle is not None:
             return handle
+        key = (thread_id, ns)
         with self._open_lock:
             team = self.manager.get_team_state(L.team_id(thread_id))
             ns_key = L.NS_PREFIX + ns
@@ -171,6 +184,11 @@ class VictorActorsSaver(BaseCheckpointSaver[str]):  # type: ignore[misc, unused-
             self._handles[key] = handle
             self._registered.add(key)
         return handle
+
+    async def _aopen_ns(self, thread_id: str, ns: str) -> ScopeHandle:
+        """:meth:`_open_ns` for asyncio: off the loop, unless the namespace is already open."""
+        handle = self._opened(thread_id, ns)
+        return handle if handle is not None else await asyncio.to_thread(self._open_ns, thread_id, ns)
 
     def _namespaces(self, thread_id: str) -> builtins.list[str]:
         try:
@@ -261,56 +279,65 @@ class VictorActorsSaver(BaseCheckpointSaver[str]):  # type: ignore[misc, unused-
 
     # -- commits ---------------------------------------------------------------
 
-    def _commit(self, handle: ScopeHandle, build: Build) -> None:
-        for _ in range(_TRIES):
-            snap = handle.snapshot()
-            transitions = build(snap)
-            if not transitions:
-                return
-            try:
-                handle.apply(transitions, expected_version=snap.version, timeout=self.timeout)
-                return
-            except VersionConflictError:
-                continue
-        handle.transact(lambda snap: build(snap) or (), lock=[handle.ref], timeout=self.timeout)
+    def _write(self, thread_id: str, ns: str, build: Build) -> StepGen[None]:
+        """Open the namespace and commit what ``build`` returns: once for each sync method and its twin."""
+        handle = yield Step(self._open_ns, self._aopen_ns, thread_id, ns)
+        yield from self._commit(handle, build)
 
-    async def _acommit(self, handle: ScopeHandle, build: Build) -> None:
-        for _ in range(_TRIES):
-            snap = handle.snapshot()
+    def _commit(self, handle: ScopeHandle, build: Build) -> StepGen[None]:
+        """Commit what ``build(snapshot)`` returns, with no lost update; nothing if it returns nothing.
+
+        Optimistic first (``handle.modify``: the batch applies only if the
+        namespace is still at the version it was built from); after
+        ``_TRIES`` conflicting tries, under the scope's lock (``transact``),
+        where it cannot conflict.
+        """
+
+        def batch(snap: ContextSnapshot) -> builtins.list[StateTransition]:
             transitions = build(snap)
             if not transitions:
-                return
-            try:
-                await handle.aapply(transitions, expected_version=snap.version, timeout=self.timeout)
-                return
-            except VersionConflictError:
-                continue
-        await handle.atransact(lambda snap: build(snap) or (), lock=[handle.ref], timeout=self.timeout)
+                raise _NothingToWrite
+            return transitions
+
+        try:
+            yield Step(handle.modify, handle.amodify, batch, retries=_TRIES - 1, timeout=self.timeout)
+        except _NothingToWrite:
+            return
+        except VersionConflictError:
+            yield Step(
+                handle.transact,
+                handle.atransact,
+                lambda snap: build(snap) or (),
+                lock=[handle.ref],
+                timeout=self.timeout,
+            )
 
     def _purge(self, handle: ScopeHandle) -> None:
         """Drop a namespace's history from the store after a delete or prune.
 
         The runtime keeps a scope's log back to its oldest retained checkpoint,
-        so deleted values would stay on disk. A checkpoint of the current state
-        with retention 1 makes it the scope's only base and drops every older
-        log record and checkpoint, in one LMDB transaction.
+        so deleted values would stay on disk. A checkpoint of the current state,
+        written again with retention 1, becomes the scope's only base: the
+        transaction that writes it drops every older log record and checkpoint.
         """
         store = self.manager.store
         if store is None or store.read_only:
             return
-        state = handle._cell.state
-        record = CheckpointRecord(state, "langgraph: history purged", time.time())
-        store.submit([store.op_put_checkpoint(state.ref, record, 1)], wait=True)
+        saved = self.manager.save_checkpoint(handle.ref, label="langgraph: history purged")
+        version = int(saved.rpartition("@")[2])  # the id is "<scope>@<version>"
+        record = store.checkpoint(handle.ref, version)
+        store.submit([store.op_put_checkpoint(handle.ref, record, 1)], wait=True)
 
     # -- put ---------------------------------------------------------------------
 
-    def _put_plan(
+    def _put(
         self,
         config: RunnableConfig,
         checkpoint: Checkpoint,
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
-    ) -> tuple[str, str, str, Build]:
+    ) -> StepGen[RunnableConfig]:
+        """:meth:`put` and :meth:`aput`, once."""
         thread_id, ns, parent = _conf(config)
         cid = checkpoint["id"]
         rest = cast(dict[str, Any], dict(checkpoint))
@@ -342,7 +369,8 @@ class VictorActorsSaver(BaseCheckpointSaver[str]):  # type: ignore[misc, unused-
                 out.append(L.update(L.LATEST, cid))
             return out
 
-        return thread_id, ns, cid, build
+        yield from self._write(thread_id, ns, build)
+        return _config(thread_id, ns, cid)
 
     def put(
         self,
@@ -352,9 +380,7 @@ class VictorActorsSaver(BaseCheckpointSaver[str]):  # type: ignore[misc, unused-
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
         """Store a checkpoint and the channel values it introduces, in one commit."""
-        thread_id, ns, cid, build = self._put_plan(config, checkpoint, metadata, new_versions)
-        self._commit(self._open_ns(thread_id, ns), build)
-        return _config(thread_id, ns, cid)
+        return drive(self._put(config, checkpoint, metadata, new_versions))
 
     async def aput(
         self,
@@ -363,18 +389,16 @@ class VictorActorsSaver(BaseCheckpointSaver[str]):  # type: ignore[misc, unused-
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
-        thread_id, ns, cid, build = self._put_plan(config, checkpoint, metadata, new_versions)
-        handle = self._cached(thread_id, ns, True)
-        if handle is None:
-            handle = await asyncio.to_thread(self._open_ns, thread_id, ns)
-        await self._acommit(handle, build)
-        return _config(thread_id, ns, cid)
+        return await adrive(self._put(config, checkpoint, metadata, new_versions))
 
     # -- put_writes -------------------------------------------------------------
 
-    def _writes_plan(
+    def _put_writes(
         self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str
-    ) -> tuple[str, str, Build]:
+    ) -> StepGen[None]:
+        """:meth:`put_writes` and :meth:`aput_writes`, once."""
+        if not writes:
+            return
         thread_id, ns, cid = _conf(config)
         if cid is None:
             raise ValueError("put_writes needs configurable.checkpoint_id")
@@ -406,7 +430,7 @@ class VictorActorsSaver(BaseCheckpointSaver[str]):  # type: ignore[misc, unused-
                 out.append(L.update(tasks_key, (*tasks, task_id)))
             return out
 
-        return thread_id, ns, build
+        yield from self._write(thread_id, ns, build)
 
     def put_writes(
         self,
@@ -416,10 +440,7 @@ class VictorActorsSaver(BaseCheckpointSaver[str]):  # type: ignore[misc, unused-
         task_path: str = "",
     ) -> None:
         """Store a task's pending writes for a checkpoint, in one commit; (task, idx) pairs are idempotent."""
-        if not writes:
-            return
-        thread_id, ns, build = self._writes_plan(config, writes, task_id, task_path)
-        self._commit(self._open_ns(thread_id, ns), build)
+        drive(self._put_writes(config, writes, task_id, task_path))
 
     async def aput_writes(
         self,
@@ -428,13 +449,7 @@ class VictorActorsSaver(BaseCheckpointSaver[str]):  # type: ignore[misc, unused-
         task_id: str,
         task_path: str = "",
     ) -> None:
-        if not writes:
-            return
-        thread_id, ns, build = self._writes_plan(config, writes, task_id, task_path)
-        handle = self._cached(thread_id, ns, True)
-        if handle is None:
-            handle = await asyncio.to_thread(self._open_ns, thread_id, ns)
-        await self._acommit(handle, build)
+        await adrive(self._put_writes(config, writes, task_id, task_path))
 
     # -- reads -------------------------------------------------------------------
 
@@ -457,8 +472,7 @@ class VictorActorsSaver(BaseCheckpointSaver[str]):  # type: ignore[misc, unused-
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         thread_id, ns, cid = _conf(config)
-        handle = self._cached(thread_id, ns, False) or await asyncio.to_thread(self._lookup, thread_id, ns)
-        return self._get(handle, thread_id, ns, cid)
+        return self._get(await self._alookup(thread_id, ns), thread_id, ns, cid)
 
     def _iter(
         self,
@@ -520,7 +534,7 @@ class VictorActorsSaver(BaseCheckpointSaver[str]):  # type: ignore[misc, unused-
             if handle is None:
                 continue
             before = handle.version
-            self._commit(handle, lambda snap: plan(snap.state) or None)
+            drive(self._commit(handle, lambda snap: plan(snap.state)))
             if handle.version != before:
                 self._purge(handle)
 
@@ -570,7 +584,7 @@ class VictorActorsSaver(BaseCheckpointSaver[str]):  # type: ignore[misc, unused-
                     out.append(L.update(L.LATEST, max(latest)))
                 return out
 
-            self._commit(dst, build)
+            drive(self._commit(dst, build))
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         """``"keep_latest"``: keep each namespace's newest checkpoint (with its writes); ``"delete"``: all."""

@@ -36,7 +36,7 @@ from langgraph.checkpoint.serde.jsonplus import (  # type: ignore[import-not-fou
     JsonPlusSerializer,
 )
 
-from victor_actors._errors import VictorActorsError
+from victor_actors import VictorActorsError
 
 __all__ = ["DisallowedTypeError", "StrictSerializer", "type_key"]
 

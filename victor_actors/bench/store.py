@@ -1,7 +1,6 @@
-#!/usr/bin/env python3
 """Durable-store benchmark for victor_actors, against LangGraph's SqliteSaver in the same run.
 
-    python benchmarks/bench_store.py [--quick] [--json FILE] [--dir DIR]
+    python -m victor_actors.bench.store [--quick] [--json FILE] [--dir DIR]
 
 1. sync commits/s, one add_message (~200 chars) per commit: (a) one scope, one thread, each
    conversation growing to 100 messages; (b) 100 scopes, one client thread each, with the mean
@@ -14,16 +13,15 @@
 
 The machine is shared and noisy: subjects run in interleaved rounds (odd rounds reversed), each
 rate is all ops over all timed wall time, gc is off while timed. Files live in one temporary
-directory (under --dir if given), removed at the end.
+directory (under --dir if given), removed at the end. Without LangGraph (the bench extra) the
+SqliteSaver and StateGraph subjects are skipped (``skipped`` in the JSON says why); ours still run.
 """
 
 from __future__ import annotations
 
 import argparse
-import gc
 import itertools
 import json
-import operator
 import os
 import platform
 import random
@@ -32,24 +30,21 @@ import sqlite3
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import ExitStack, closing, contextmanager
+from collections.abc import Callable
+from contextlib import ExitStack, closing
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from functools import partial
-from importlib.metadata import version
-from typing import Annotated, Any, TypedDict
+from typing import Any
 
 import lmdb
 import msgpack
-from langgraph.checkpoint.base import Checkpoint, create_checkpoint, empty_checkpoint
-from langgraph.checkpoint.sqlite import SqliteSaver
-from langgraph.graph import END, START, StateGraph
 
 from victor_actors import GlobalStateManager, ScopeHandle
+from victor_actors.bench._common import no_gc, ns, version_of
+from victor_actors.bench._peers import LangGraph, Messages, langgraph
 from victor_actors.store import CheckpointRecord
 
-ns = time.perf_counter_ns
 CONV = 100  # messages per conversation in sections 1-3
 WORDS = (
     "the agent called search tool with query about quarterly revenue and returned three results "
@@ -75,16 +70,6 @@ def make_messages(n: int, seed: int = 7) -> list[dict[str, str]]:
 
 MSGS = make_messages(1_000)
 IDS = itertools.count()  # unique scope, thread and key ids
-
-
-@contextmanager
-def no_gc() -> Iterator[None]:
-    gc.collect()
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
 
 
 @dataclass
@@ -142,34 +127,8 @@ def timed(acc: Acc, ops: int, fn: Callable[[], object]) -> None:
     acc.ops += ops
 
 
-def sqlite_conversation(
-    saver: SqliteSaver, thread_id: str, steps: int, after: Callable[[int], None] | None = None
-) -> Checkpoint:
-    """One put per step of the whole conversation so far, as LangGraph does every super-step."""
-    config: Any = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}
-    cp, msgs = empty_checkpoint(), []
-    for i in range(steps):
-        msgs.append(MSGS[i])
-        cp = create_checkpoint(cp, None, i)
-        cp["channel_values"] = {"messages": msgs}
-        cp["channel_versions"] = {"messages": i + 1}
-        meta: Any = {"source": "loop", "step": i, "parents": {}}
-        config = saver.put(config, cp, meta, {"messages": i + 1})
-        if after is not None:
-            after(i + 1)
-    return cp
-
-
-class State(TypedDict):
-    messages: Annotated[list[dict[str, str]], operator.add]
-
-
-def build_graph(saver: SqliteSaver) -> Any:
-    def respond(state: State) -> dict[str, Any]:
-        return {"messages": [MSGS[len(state["messages"]) % len(MSGS)]]}
-
-    g = StateGraph(State).add_node("respond", respond).add_edge(START, "respond").add_edge("respond", END)
-    return g.compile(checkpointer=saver)
+def respond(state: Messages) -> dict[str, Any]:
+    return {"messages": [MSGS[len(state["messages"]) % len(MSGS)]]}
 
 
 def graph_steps(graph: Any, steps: int) -> None:
@@ -190,7 +149,7 @@ def on_disk(path: str) -> dict[str, int]:
     return {"size": os.stat(path).st_size, "allocated": os.stat(path).st_blocks * 512}
 
 
-def storage(root: str, steps: int) -> dict[str, Any]:
+def storage(root: str, steps: int, lg: LangGraph | None) -> dict[str, Any]:
     """A ``steps``-message conversation: our store vs SqliteSaver with the whole state each step."""
     marks = (steps // 4, steps // 2, steps)
     path, db = os.path.join(root, "storage-ours"), os.path.join(root, "storage.sqlite")
@@ -208,26 +167,33 @@ def storage(root: str, steps: int) -> dict[str, Any]:
         final = len(store.codec.encode_checkpoint(CheckpointRecord(state, None, 0.0)))
         kept = f"{len(mgr.list_checkpoints(h.ref))} ckpts + {len(store.log_versions(h.ref))} log records"
     ours_s = time.perf_counter() - t0
+    out: dict[str, Any] = {
+        "steps": steps,
+        "plain_msgpack_bytes": len(msgpack.packb(MSGS[:steps])),
+        "ours": {"seconds": ours_s, "final_state_bytes": final, "scope_bytes": ours_at[steps], "kept": kept,
+                 "scope_bytes_at": ours_at, "data_mdb": on_disk(os.path.join(path, "data", "data.mdb"))},
+    }  # fmt: skip
+    if lg is None:
+        return out
 
     def sq_mark(step: int) -> None:
         if step in marks:
             sq_at[step] = sum(os.path.getsize(p) for p in (db, db + "-wal") if os.path.exists(p))
 
     conn = sqlite3.connect(db, check_same_thread=False)
-    saver = SqliteSaver(conn)
+    saver = lg.saver(conn)
     t0 = time.perf_counter()
-    cp = sqlite_conversation(saver, "long", steps, sq_mark)
+    cp = lg.conversation_puts(saver, "long", MSGS[:steps], sq_mark)
     sq_final = len(saver.serde.dumps_typed(cp)[1])
     conn.close()  # checkpoints the WAL into the main file
     sq_s = time.perf_counter() - t0
-    return {
-        "steps": steps,
-        "plain_msgpack_bytes": len(msgpack.packb(MSGS[:steps])),
-        "ours": {"seconds": ours_s, "final_state_bytes": final, "scope_bytes": ours_at[steps], "kept": kept,
-                 "scope_bytes_at": ours_at, "data_mdb": on_disk(os.path.join(path, "data", "data.mdb"))},
-        "sqlite": {"seconds": sq_s, "final_state_bytes": sq_final, "file_bytes_at": sq_at,
-                   "file": on_disk(db)},
-    }  # fmt: skip
+    out["sqlite"] = {
+        "seconds": sq_s,
+        "final_state_bytes": sq_final,
+        "file_bytes_at": sq_at,
+        "file": on_disk(db),
+    }
+    return out
 
 
 def report(accs: dict[str, Acc], st: dict[str, Any], rounds: int, many: int, close: float) -> dict[str, Any]:
@@ -244,6 +210,9 @@ def report(accs: dict[str, Acc], st: dict[str, Any], rounds: int, many: int, clo
     print(f"\nthroughput ({rounds} interleaved rounds; conversations of {CONV} messages unless noted)")
     print(f"{'sec':<4}{'what':<50}{'ops':>8}{'ops/s':>9}{'commits/txn':>13}{'flush ms':>10}")
     for sec, key, label in rows:
+        if key not in accs:
+            print(f"{sec:<4}{label:<50}{'skipped (no LangGraph)':>40}")
+            continue
         a = accs[key]
         per_txn = f"{a.store_commits / a.store_txns:.1f}" if a.store_txns else "-"
         flush = f"{a.flush_ns / 1e6 / rounds:.1f}" if key.startswith("async") else "-"
@@ -254,35 +223,41 @@ def report(accs: dict[str, Acc], st: dict[str, Any], rounds: int, many: int, clo
     names |= {"async100": "ours async 100 scopes"}
     pairs = [("sync1", "sqlite_put"), ("sync100", "sqlite_put"), ("sync1", "raw_lmdb"), ("sync1", "mem1")]
     pairs += [("sync1", "graph"), ("async100", "sync100")]
-    ratios = {f"{names[a]} / {names[b]}": accs[a].rate / accs[b].rate for a, b in pairs}
+    ratios = {f"{names[a]} / {names[b]}": accs[a].rate / accs[b].rate for a, b in pairs if b in accs}
     print("\n4   ratios (same run)")
     for name, value in ratios.items():
         print(f"    {name:<50}{value:>10.2f}x")
-    o, q, plain = st["ours"], st["sqlite"], st["plain_msgpack_bytes"]
+    o, q, plain = st["ours"], st.get("sqlite"), st["plain_msgpack_bytes"]
+    sq_final = "skipped" if q is None else f"{q['final_state_bytes']} B"
     print(f"\n5   storage: one {st['steps']}-step conversation, one message per step")
     print(f"    final state: plain msgpack {plain} B, ours encoded (zstd) {o['final_state_bytes']} B, "
-          f"sqlite serde {q['final_state_bytes']} B; '/final' divides by each one's own")  # fmt: skip
+          f"sqlite serde {sq_final}; '/final' divides by each one's own")  # fmt: skip
     print(f"    {'what':<50}{'bytes':>14}{'/final':>10}{'/plain':>10}")
     lines = [
         (f"ours size_of(scope) ({o['kept']})", o["scope_bytes"], o["final_state_bytes"]),
         ("ours data.mdb file size (after close)", o["data_mdb"]["size"], o["final_state_bytes"]),
         ("ours data.mdb allocated blocks", o["data_mdb"]["allocated"], o["final_state_bytes"]),
-        ("sqlite file size (after close)", q["file"]["size"], q["final_state_bytes"]),
     ]
+    if q is not None:
+        lines.append(("sqlite file size (after close)", q["file"]["size"], q["final_state_bytes"]))
     for label, size, final in lines:
         print(f"    {label:<50}{size:>14}{size / final:>9.1f}x{size / plain:>9.1f}x")
-    print("    growth, bytes at step: ours size_of "
-          + ", ".join(f"{k}: {v}" for k, v in o["scope_bytes_at"].items())
-          + "; sqlite db+wal " + ", ".join(f"{k}: {v}" for k, v in q["file_bytes_at"].items()))  # fmt: skip
-    print(f"    wall: ours {o['seconds']:.2f} s, sqlite {q['seconds']:.2f} s")
+    growth = ", ".join(f"{k}: {v}" for k, v in o["scope_bytes_at"].items())
+    if q is not None:
+        growth += "; sqlite db+wal " + ", ".join(f"{k}: {v}" for k, v in q["file_bytes_at"].items())
+    print(f"    growth, bytes at step: ours size_of {growth}")
+    print(f"    wall: ours {o['seconds']:.2f} s" + ("" if q is None else f", sqlite {q['seconds']:.2f} s"))
     return ratios
 
 
 def run_rounds(
-    mgrs: tuple[GlobalStateManager, ...], env: Any, saver: SqliteSaver, graph: Any,
+    mgrs: tuple[GlobalStateManager, ...], env: Any, peer: tuple[LangGraph, Any, Any] | None,
     accs: dict[str, Acc], rounds: int, sizes: tuple[int, int, int],
 ) -> None:  # fmt: skip
-    """A warm-up round (forgotten), then ``rounds`` rounds, odd ones in reverse order."""
+    """A warm-up round (forgotten), then ``rounds`` rounds, odd ones in reverse order.
+
+    ``peer``: LangGraph, a SqliteSaver and a compiled one-node graph; None skips their blocks.
+    """
 
     def acc(name: str) -> Acc:
         return accs.setdefault(name, Acc())
@@ -290,21 +265,24 @@ def run_rounds(
     sync, asyn, mem = mgrs
 
     def puts(c: int) -> None:
+        assert peer is not None
+        lg, saver, _graph = peer
         for _ in range(c):
-            sqlite_conversation(saver, f"p-{next(IDS)}", CONV)
+            lg.conversation_puts(saver, f"p-{next(IDS)}", MSGS[:CONV])
 
     def blocks(c: int, m: int, g: int) -> list[Callable[[], None]]:
-        return [
+        out: list[Callable[[], None] | None] = [
             lambda: ours(sync, "s1", c, CONV, False, acc("sync1")),
-            lambda: timed(acc("sqlite_put"), c * CONV, partial(puts, c)),
+            (lambda: timed(acc("sqlite_put"), c * CONV, partial(puts, c))) if peer else None,
             lambda: ours(sync, "s100", 100, m, True, acc("sync100")),
             lambda: timed(acc("raw_lmdb"), c * CONV, partial(raw_lmdb, env, c * CONV)),
             lambda: ours(mem, "m1", c, CONV, False, acc("mem1")),
             lambda: ours(asyn, "a1", c, CONV, False, acc("async1")),
-            lambda: timed(acc("sqlite_put"), c * CONV, partial(puts, c)),
+            (lambda: timed(acc("sqlite_put"), c * CONV, partial(puts, c))) if peer else None,
             lambda: ours(asyn, "a100", 100, m, True, acc("async100")),
-            lambda: timed(acc("graph"), g, partial(graph_steps, graph, g)),
+            (lambda: timed(acc("graph"), g, partial(graph_steps, peer[2], g))) if peer else None,
         ]
+        return [b for b in out if b is not None]
 
     for b in blocks(1, 5, 5):
         b()
@@ -324,12 +302,16 @@ def main() -> None:
     # rounds; 100-message conversations per round for the one-thread subjects; commits per scope
     # with 100 scopes; StateGraph invokes per round; storage steps (a multiple of 100)
     rounds, convs, many, gsteps, steps = (2, 1, 20, 40, 1_000) if args.quick else (5, 3, 100, 100, 1_000)
+    lg = langgraph()
+    skipped = {"langgraph": lg} if isinstance(lg, str) else {}
     meta: dict[str, Any] = {"date": datetime.now().astimezone().isoformat(timespec="seconds")}
     meta |= {"python": platform.python_version(), "sqlite": sqlite3.sqlite_version, "cpus": os.cpu_count()}
-    meta |= {n: version(n) for n in ("pykka", "lmdb", "langgraph", "langgraph-checkpoint-sqlite")}
-    meta["victor_actors"] = version("victor-actors")
+    meta |= {n: version_of(n) for n in ("pykka", "lmdb", "langgraph", "langgraph-checkpoint-sqlite")}
+    meta["victor_actors"] = version_of("victor-actors")
     meta["mode"] = "quick" if args.quick else "default"
     print("victor_actors store benchmark\n" + "  ".join(f"{k}: {v}" for k, v in meta.items()))
+    for subject, why in skipped.items():
+        print(f"skipped: the {subject} subjects ({why})")
     wall0 = time.perf_counter()
     root = tempfile.mkdtemp(prefix="bench-store-", dir=args.dir)
     accs: dict[str, Acc] = {}
@@ -340,18 +322,21 @@ def main() -> None:
             asyn = stack.enter_context(opener(os.path.join(root, "async"), durability="async"))
             mem = stack.enter_context(opener(None))
             env = stack.enter_context(lmdb.open(os.path.join(root, "raw"), map_size=1 << 28, sync=True))
-            conns = [
-                stack.enter_context(closing(sqlite3.connect(os.path.join(root, f), check_same_thread=False)))
-                for f in ("p.db", "g.db")
-            ]
-            saver, graph = SqliteSaver(conns[0]), build_graph(SqliteSaver(conns[1]))
-            saver.setup()
-            meta["sqlite_pragma_synchronous"] = conns[0].execute("PRAGMA synchronous").fetchone()[0]
-            run_rounds((sync, asyn, mem), env, saver, graph, accs, rounds, (convs, many, gsteps))
+            peer = None
+            if not isinstance(lg, str):
+                conns = [
+                    stack.enter_context(
+                        closing(sqlite3.connect(os.path.join(root, f), check_same_thread=False))
+                    )
+                    for f in ("p.db", "g.db")
+                ]
+                peer = (lg, lg.saver(conns[0]), lg.one_node_graph(lg.saver(conns[1]), respond))
+                meta["sqlite_pragma_synchronous"] = conns[0].execute("PRAGMA synchronous").fetchone()[0]
+            run_rounds((sync, asyn, mem), env, peer, accs, rounds, (convs, many, gsteps))
             start = ns()
             asyn.close()  # flushed after its last block: this is stopping its actors and writer
             close_s = (ns() - start) / 1e9
-        st = storage(root, steps)
+        st = storage(root, steps, None if isinstance(lg, str) else lg)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     ratios = report(accs, st, rounds, many, close_s)
@@ -360,7 +345,7 @@ def main() -> None:
     if args.json:
         tp = {k: {**asdict(v), "rate": v.rate} for k, v in accs.items()}
         out = {"meta": meta, "wall_seconds": wall, "throughput": tp, "async_close_seconds": close_s}
-        out |= {"ratios": ratios, "storage": st}
+        out |= {"ratios": ratios, "storage": st, "skipped": skipped}
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(out, f, indent=2)
         print(f"wrote {args.json}")

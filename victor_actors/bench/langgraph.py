@@ -1,9 +1,8 @@
-#!/usr/bin/env python3
 """LangGraph checkpointers side by side: victor_actors' VictorActorsSaver, SqliteSaver, LMDBSaver.
 
-    python benchmarks/bench_langgraph.py [--quick] [--rounds N] [--json FILE] [--dir DIR]
+    python -m victor_actors.bench.langgraph [--quick] [--rounds N] [--json FILE] [--dir DIR]
 
-Needs ``pip install -e '.[bench,langgraph]'`` (LangGraph, langgraph-checkpoint-sqlite and
+Needs the bench extra, ``pip install 'victor-actors[bench]'`` (LangGraph, langgraph-checkpoint-sqlite and
 langgraph-checkpoint-lmdb). Three savers, each on its own files, all durable on return:
 
 - ours: ``VictorActorsSaver.open(dir)`` (LMDB, durability "sync": fdatasync per commit, group commit);
@@ -26,7 +25,7 @@ directory (under --dir if given), removed at the end.
 from __future__ import annotations
 
 import argparse
-import gc
+import functools
 import itertools
 import json
 import os
@@ -36,20 +35,15 @@ import shutil
 import sqlite3
 import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
-from importlib.metadata import version
+from types import SimpleNamespace
 from typing import Any, TypedDict
 
 import lmdb
-from langgraph.checkpoint.base import BaseCheckpointSaver, create_checkpoint, empty_checkpoint
-from langgraph.checkpoint.sqlite import SqliteSaver
-from langgraph.graph import END, START, StateGraph
-from langgraph_checkpoint_lmdb import LMDBSaver
 
-from victor_actors.langgraph import VictorActorsSaver
+from victor_actors.bench._common import no_gc, ns, version_of
+from victor_actors.bench._peers import peer_modules
 
 DOC = " ".join(
     f"paragraph {i}: the agent read the quarterly report and noted the figures." for i in range(120)
@@ -63,17 +57,22 @@ PACKAGES = (
     "lmdb",
 )
 IDS = itertools.count()
-ns = time.perf_counter_ns
 
 
-@contextmanager
-def no_gc() -> Iterator[None]:
-    gc.collect()
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
+@functools.cache
+def lg() -> SimpleNamespace:
+    """LangGraph's checkpoint base and graph, the two other savers, and ours: imported on first use."""
+    modules = peer_modules(
+        "langgraph.checkpoint.base",
+        "langgraph.checkpoint.sqlite",
+        "langgraph.graph",
+        "langgraph_checkpoint_lmdb",
+        "victor_actors.langgraph",
+    )
+    if isinstance(modules, str):
+        raise SystemExit(f"victor_actors.bench.langgraph: {modules}")
+    base, sqlite, graph, lmdb_saver, ours = modules
+    return SimpleNamespace(base=base, sqlite=sqlite, graph=graph, lmdb_saver=lmdb_saver, ours=ours)
 
 
 # -- the subjects ---------------------------------------------------------------------
@@ -87,9 +86,9 @@ class Subject:
     def __init__(self, root: str) -> None:
         self.path = os.path.join(root, f"{self.name}-{next(IDS)}")
         os.makedirs(self.path)
-        self.saver: BaseCheckpointSaver[Any] = self.open()
+        self.saver: Any = self.open()
 
-    def open(self) -> BaseCheckpointSaver[Any]:
+    def open(self) -> Any:
         raise NotImplementedError
 
     def close(self) -> None:
@@ -108,8 +107,8 @@ class Subject:
 class Ours(Subject):
     name = "victor_actors"
 
-    def open(self) -> BaseCheckpointSaver[Any]:
-        self.ours = VictorActorsSaver.open(self.path)
+    def open(self) -> Any:
+        self.ours = lg().ours.VictorActorsSaver.open(self.path)
         return self.ours
 
     def close(self) -> None:
@@ -119,9 +118,9 @@ class Ours(Subject):
 class Sqlite(Subject):
     name = "sqlite"
 
-    def open(self) -> BaseCheckpointSaver[Any]:
+    def open(self) -> Any:
         self.conn = sqlite3.connect(os.path.join(self.path, "checkpoints.sqlite"), check_same_thread=False)
-        saver = SqliteSaver(self.conn)
+        saver = lg().sqlite.SqliteSaver(self.conn)
         saver.setup()
         return saver
 
@@ -132,10 +131,10 @@ class Sqlite(Subject):
 class Lmdb(Subject):
     name = "lmdb"
 
-    def open(self) -> BaseCheckpointSaver[Any]:
+    def open(self) -> Any:
         # LMDBSaver stores whole checkpoints: a 200-step run outgrows LMDB's 10 MiB default map.
         self.env = lmdb.open(self.path, max_dbs=10, map_size=1 << 31)
-        return LMDBSaver(self.env)
+        return lg().lmdb_saver.LMDBSaver(self.env)
 
     def close(self) -> None:
         self.env.close()
@@ -166,10 +165,10 @@ class Acc:
 def checkpoints(n: int) -> list[tuple[Any, Any, dict[str, Any]]]:
     """``n`` (checkpoint, metadata, new_versions) like a looping graph's, made before timing."""
     out = []
-    cp, notes = empty_checkpoint(), []
+    cp, notes = lg().base.empty_checkpoint(), list[str]()
     for i in range(n):
         notes = [*notes, f"note {i}: step {i} checked {i * 7} rows"][-5:]
-        cp = create_checkpoint(cp, None, i)
+        cp = lg().base.create_checkpoint(cp, None, i)
         new: dict[str, Any] = {"step": i + 1, "notes": i + 1} | ({"doc": 1} if i == 0 else {})
         cp["channel_values"] = {"doc": DOC, "step": i, "notes": notes}
         cp["channel_versions"] = {**cp["channel_versions"], **new}
@@ -178,7 +177,7 @@ def checkpoints(n: int) -> list[tuple[Any, Any, dict[str, Any]]]:
     return out
 
 
-def bench_put(saver: BaseCheckpointSaver[Any], thread: str, plan: list[Any], acc: Acc) -> list[Any]:
+def bench_put(saver: Any, thread: str, plan: list[Any], acc: Acc) -> list[Any]:
     config: Any = {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
     configs = []
     with no_gc():
@@ -191,7 +190,7 @@ def bench_put(saver: BaseCheckpointSaver[Any], thread: str, plan: list[Any], acc
     return configs
 
 
-def bench_get(saver: BaseCheckpointSaver[Any], configs: list[Any], n: int, acc: Acc, seed: int) -> None:
+def bench_get(saver: Any, configs: list[Any], n: int, acc: Acc, seed: int) -> None:
     rng = random.Random(seed)
     latest: Any = {
         "configurable": {"thread_id": configs[0]["configurable"]["thread_id"], "checkpoint_ns": ""}
@@ -212,13 +211,14 @@ class Loop(TypedDict):
     notes: list[str]
 
 
-def graph_run(saver: BaseCheckpointSaver[Any]) -> float:
+def graph_run(saver: Any) -> float:
     def work(state: Loop) -> dict[str, Any]:
         i = state["step"]
         return {"step": i + 1, "notes": [*state["notes"], f"note {i}: step {i} checked {i * 7} rows"][-5:]}
 
-    g = StateGraph(Loop).add_node("work", work).add_edge(START, "work")
-    g.add_conditional_edges("work", lambda s: "work" if s["step"] < STEPS else END, ["work", END])
+    end = lg().graph.END
+    g = lg().graph.StateGraph(Loop).add_node("work", work).add_edge(lg().graph.START, "work")
+    g.add_conditional_edges("work", lambda s: "work" if s["step"] < STEPS else end, ["work", end])
     graph = g.compile(checkpointer=saver)
     config: Any = {"configurable": {"thread_id": f"run-{next(IDS)}"}, "recursion_limit": 10 * STEPS}
     start = time.perf_counter()
@@ -242,6 +242,7 @@ def main() -> int:
     parser.add_argument("--json", help="also write the results to this file")
     parser.add_argument("--dir", help="where to put the temporary files")
     args = parser.parse_args()
+    lg()  # without the bench extra: stop here, saying which package is missing
     rounds, puts, gets = (1, 50, 200) if args.quick else (args.rounds, args.puts, args.gets)
     root = tempfile.mkdtemp(prefix="bench-langgraph-", dir=args.dir)
     put = {s.name: Acc() for s in SUBJECTS}
@@ -307,7 +308,7 @@ def main() -> int:
             "when": datetime.now().isoformat(timespec="seconds"),
             "python": platform.python_version(),
             "machine": platform.platform(),
-            "versions": {p: version(p) for p in PACKAGES},
+            "versions": {p: version_of(p) for p in PACKAGES},
             "rounds": rounds, "puts": puts, "gets": gets, "steps": STEPS, "sqlite_synchronous": sync_pragma,
         }  # fmt: skip
         with open(args.json, "w") as f:

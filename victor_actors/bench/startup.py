@@ -1,7 +1,6 @@
-#!/usr/bin/env python3
 """Start-up of many scope actors, against starting as many bare pykka actors in the same process.
 
-    python benchmarks/bench_startup.py [--quick] [--json FILE]
+    python -m victor_actors.bench.startup [--quick] [--json FILE]
 
 For each size (1,000 and 10,000; --quick: 300 and 1,000) a fresh process (so thread counts,
 memory and the allocator are its own) runs interleaved rounds of:
@@ -29,14 +28,13 @@ import sys
 import threading
 import time
 from datetime import datetime
-from importlib.metadata import version
 from typing import Any
 
 import pykka
 
 from victor_actors import GlobalStateManager
+from victor_actors.bench._common import ns, version_of
 
-ns = time.perf_counter_ns
 SIZES = (1_000, 10_000)
 QUICK_SIZES = (300, 1_000)  # a smoke run: the same code, smaller
 PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
@@ -145,14 +143,22 @@ def main() -> int:
     sizes_run = QUICK_SIZES if args.quick else SIZES
     rounds = dict(zip(sizes_run, (1, 1) if args.quick else (8, 3), strict=True))
     meta: dict[str, Any] = {"date": datetime.now().astimezone().isoformat(timespec="seconds")}
-    meta |= {"python": platform.python_version(), "pykka": version("pykka"), "cpus": os.cpu_count()}
-    meta |= {"victor_actors": version("victor-actors"), "mode": "quick" if args.quick else "default"}
+    meta |= {"python": platform.python_version(), "pykka": version_of("pykka"), "cpus": os.cpu_count()}
+    meta |= {"victor_actors": version_of("victor-actors"), "mode": "quick" if args.quick else "default"}
     print("victor_actors start-up benchmark (in-memory manager; each size in a fresh process)")
     print("  ".join(f"{k}: {v}" for k, v in meta.items()))
     wall0 = time.perf_counter()
     sizes: dict[str, Any] = {}
     for n in sizes_run:
-        cmd = [sys.executable, __file__, "--size", str(n), "--rounds", str(rounds[n])]
+        cmd = [
+            sys.executable,
+            "-m",
+            "victor_actors.bench.startup",
+            "--size",
+            str(n),
+            "--rounds",
+            str(rounds[n]),
+        ]
         proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if proc.returncode != 0:
             sys.stderr.write(proc.stderr)

@@ -1,7 +1,6 @@
-#!/usr/bin/env python3
 """Pipelined apply throughput on one scope, against raw pykka tells drained by one actor.
 
-    python benchmarks/bench_pipeline.py [--quick] [--json FILE]
+    python -m victor_actors.bench.pipeline [--quick] [--json FILE]
 
 Many requests in flight on one actor, in the same process and run:
 
@@ -14,7 +13,8 @@ Many requests in flight on one actor, in the same process and run:
   the rate is the apply path's own;
 - ours, sync pipelining without asyncio: the same burst sent through the handle's own request
   path with a pykka future per request (what ``apply`` does, without blocking on each reply;
-  private API, used here only to split the asyncio wake-up from the actor's own work);
+  private API, see ``_probes.py``, used here only to split the asyncio wake-up from the actor's
+  own work);
 - baseline: ``tell`` of the same number of messages to one bare ``pykka.ThreadingActor`` that
   counts them, then one ``ask`` that returns once the actor has drained them all.
 
@@ -27,23 +27,21 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import gc
 import json
 import os
 import platform
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from datetime import datetime
 from functools import partial
-from importlib.metadata import version
 from typing import Any
 
 import pykka
 
 from victor_actors import GlobalStateManager, ScopeHandle, TransitionBatch
+from victor_actors.bench._common import no_gc, ns, version_of
+from victor_actors.bench._probes import send_nowait
 
-ns = time.perf_counter_ns
 BIG = 100_000  # keys in the large scope
 FILL_CHUNK = 10_000  # update_state transitions per fill batch
 STRIDE = 7_919  # a prime: consecutive updates land far apart in the 100k-key map
@@ -61,16 +59,6 @@ class Counter(pykka.ThreadingActor):
     def on_receive(self, message: Any) -> Any:
         self.count += 1
         return self.count
-
-
-@contextmanager
-def no_gc() -> Iterator[None]:
-    gc.collect()  # pay for pending garbage here, outside the timer
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
 
 
 class Rate:
@@ -136,15 +124,10 @@ def futures_burst(handle: ScopeHandle, size: int, n: int, seq: Iterator[int], ra
     base = next(seq) * n
     with no_gc():
         t0 = ns()
-        futures = []
-        for i in range(base, base + n):
-            req, _wait, parts = handle._request(
-                TransitionBatch().update_state(key_of(size, i), i), None, None, None
-            )
-            assert parts is None  # one scope: no cross-scope commit
-            sent, future = handle._try_send(req, True)
-            assert sent
-            futures.append(future)
+        futures = [
+            send_nowait(handle, TransitionBatch().update_state(key_of(size, i), i))
+            for i in range(base, base + n)
+        ]
         for future in futures:
             future.get(timeout=300.0)
         rate.ns += ns() - t0
@@ -166,8 +149,8 @@ def main() -> int:
     args = ap.parse_args()
     rounds, n = (2, 2_000) if args.quick else (6, 10_000)  # rounds; requests in flight per burst
     meta: dict[str, Any] = {"date": datetime.now().astimezone().isoformat(timespec="seconds")}
-    meta |= {"python": platform.python_version(), "pykka": version("pykka"), "cpus": os.cpu_count()}
-    meta |= {"immutables": version("immutables"), "victor_actors": version("victor-actors")}
+    meta |= {"python": platform.python_version(), "pykka": version_of("pykka"), "cpus": os.cpu_count()}
+    meta |= {"immutables": version_of("immutables"), "victor_actors": version_of("victor-actors")}
     meta["mode"] = "quick" if args.quick else "default"
     print("victor_actors pipelined-apply benchmark\n" + "  ".join(f"{k}: {v}" for k, v in meta.items()))
     wall0 = time.perf_counter()
@@ -244,8 +227,8 @@ def main() -> int:
     print(f"\nthroughput ({rounds} interleaved rounds; bursts of {n} requests in flight; gc off while timed)")
     print(f"    {'what':<56}{'ops':>9}{'ops/s':>10}{'us/op':>8}")
     for key, label in labels:
-        r = rates[key]
-        print(f"    {label:<56}{r.ops:>9}{r.per_s:>10.0f}{1e6 / r.per_s:>8.1f}")
+        got = rates[key]
+        print(f"    {label:<56}{got.ops:>9}{got.per_s:>10.0f}{1e6 / got.per_s:>8.1f}")
     print("\nratios (same run)")
     for name, value in ratios.items():
         print(f"    {name:<56}{value:>10.2f}x")

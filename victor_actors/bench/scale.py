@@ -1,7 +1,6 @@
-#!/usr/bin/env python3
 """Many conversations on one machine: passivation under a live-actor cap.
 
-    python benchmarks/bench_scale.py [--quick] [--json FILE]
+    python -m victor_actors.bench.scale [--quick] [--json FILE]
 
 Workload: touch N conversations once each (one apply), then M of them again
 at random. Variants, each in its own fresh process (so RSS and thread counts
@@ -32,6 +31,7 @@ import time
 from typing import Any
 
 from victor_actors import GlobalStateManager, TransitionBatch
+from victor_actors.bench._probes import is_live
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -62,7 +62,7 @@ def run_variant(n: int, m: int, cap: int | None, seed: int) -> dict[str, Any]:
     started = time.perf_counter()
     for _ in range(m):
         handle = manager.get_conversation_state(f"c{rng.randrange(n)}")
-        was_live = handle._cell.actor is not None
+        was_live = is_live(handle)
         t0 = time.perf_counter()
         handle.apply(batch)
         (live_hits if was_live else reactivations).append(time.perf_counter() - t0)
@@ -111,7 +111,9 @@ def main() -> int:
         return 0
     results = {}
     for variant in ("capped", "live"):
-        cmd = [sys.executable, __file__, "--variant", variant] + (["--quick"] if args.quick else [])
+        cmd = [sys.executable, "-m", "victor_actors.bench.scale", "--variant", variant] + (
+            ["--quick"] if args.quick else []
+        )
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
             print(f"the {variant} variant failed:\n{proc.stderr[-3000:]}", file=sys.stderr)

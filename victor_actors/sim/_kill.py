@@ -26,17 +26,11 @@ import threading
 import time
 from typing import Any
 
-from victor_actors._invariants import (
-    AgentLedger,
-    Expected,
-    InvariantResult,
-    Observed,
-    RunLedger,
-    check_invariants,
-)
-from victor_actors._manager import GlobalStateManager
-from victor_actors._simagents import SimConfig, Sink
-from victor_actors._simulate import Tick, _observe, _report
+from victor_actors import GlobalStateManager
+from victor_actors.sim._config import SimConfig, Sink, Tick
+from victor_actors.sim._invariants import check_invariants
+from victor_actors.sim._ledger import AgentLedger, Expected, InvariantResult, Observed, RunLedger
+from victor_actors.sim._load import observe, report
 
 __all__ = ["ack_sink", "simulate_kill"]
 
@@ -136,7 +130,7 @@ def simulate_kill(config: SimConfig, *, store: str | None = None, tick: Tick | N
             code = child.wait()
         expected = _read_acks(acks, config)
         with GlobalStateManager.open(path, read_only=True) as reopened:
-            counters, messages, _ = _observe(reopened, config)
+            counters, messages, _ = observe(reopened, config)
         results = check_invariants(expected, Observed(counters, messages))
     finally:
         if store is None:
@@ -154,6 +148,6 @@ def simulate_kill(config: SimConfig, *, store: str | None = None, tick: Tick | N
         "runs_open_at_kill": sum(expected.partial_slack.values()) // max(config.run_steps, 1),
     }
     kill = {"killed_after_seconds": round(kill_after, 2), "signal": "SIGKILL", "child_exit": code}
-    return _report(
+    return report(
         config, results, counts, kill=kill, wall_seconds=round(time.monotonic() - started, 2), store=store
     )

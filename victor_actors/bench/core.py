@@ -1,7 +1,6 @@
-#!/usr/bin/env python3
 """Core benchmarks for victor_actors, each against a baseline taken in the same run.
 
-    python benchmarks/bench_core.py [--quick] [--json FILE]
+    python -m victor_actors.bench.core [--quick] [--json FILE]
 
 1. apply round trip (1-key and 10-key batches) vs a bare pykka echo ask;
 2. aapply (the asyncio twin) vs the same echo baseline;
@@ -23,25 +22,21 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import gc
 import itertools
 import json
 import os
 import platform
 import threading
-import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
 from datetime import datetime
 from functools import partial
-from importlib.metadata import version
 from typing import Any
 
 import pykka
 
 from victor_actors import GlobalStateManager, ScopeHandle, TransitionBatch
+from victor_actors.bench._common import no_gc, ns, version_of
 
-ns = time.perf_counter_ns
 BIG = 100_000  # keys in the large scope
 FILL_CHUNK = 10_000  # update_state transitions per fill batch
 KEYS10 = [f"k{i}" for i in range(10)]
@@ -54,16 +49,6 @@ class Echo(pykka.ThreadingActor):
 
     def on_receive(self, message: Any) -> Any:
         return message
-
-
-@contextmanager
-def no_gc() -> Iterator[None]:
-    gc.collect()  # pay for pending garbage here, outside the timer
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
 
 
 def batch_of(keys: list[str], value: int) -> TransitionBatch:
@@ -217,9 +202,9 @@ def main() -> None:
     meta = {
         "date": datetime.now().astimezone().isoformat(timespec="seconds"),
         "python": platform.python_version(),
-        "pykka": version("pykka"),
-        "immutables": version("immutables"),
-        "victor_actors": version("victor-actors"),
+        "pykka": version_of("pykka"),
+        "immutables": version_of("immutables"),
+        "victor_actors": version_of("victor-actors"),
         "cpus": os.cpu_count(),
         "mode": "quick" if args.quick else "default",
     }

@@ -1,0 +1,50 @@
+"""``victor-actors bench``: the benchmarks, each in a fresh process, ratios side by side.
+
+Every benchmark is a module of this package (``python -m victor_actors.bench.core``
+and so on, each with ``--quick`` and ``--json FILE``), installed with it, so
+``victor-actors bench`` works from ``pip install 'victor-actors[bench]'`` with
+no checkout. The runner starts each one in its own subprocess (a shared
+interpreter skews results: threads, the allocator and the GIL carry over),
+collects its JSON, prints one table of measured values with their same-run
+baselines, and checks each target against them. Targets are for benchmarks,
+never timed tests: a missed target is reported, not failed.
+``python -m victor_actors.bench.report FILE`` turns the JSON into
+``docs/benchmarks.md``. See ``docs/benchmarks.md``.
+
+The benchmarks: ``core``, ``pipeline``, ``startup``, ``store``, ``agent`` (the
+default set), ``scale`` and ``langgraph``. LangGraph (the ``bench`` extra) is
+imported only by the benchmarks that compare with it, and only when they
+start: without it ``store`` and ``agent`` still measure ours and skip their
+LangGraph peers, and ``langgraph`` is skipped.
+
+The runner's parts: ``_registry`` (the benchmarks), ``_rows`` (the table's
+rows), ``_targets`` (the targets and the evaluation), ``_machine``, ``_table``,
+``_runner``; the benchmarks share ``_common``, ``_peers`` (the LangGraph
+baselines) and ``_probes`` (the two private reads two benchmarks need).
+"""
+
+from __future__ import annotations
+
+from victor_actors.bench._registry import BENCHMARKS, INSTALL_HINT, Bench, missing_dependency
+from victor_actors.bench._rows import ROWS, RowSpec
+from victor_actors.bench._runner import add_parser, run_command, run_one
+from victor_actors.bench._table import fmt_ratio, fmt_value, table
+from victor_actors.bench._targets import TARGETS, TargetSpec, evaluate
+
+__all__ = [
+    "BENCHMARKS",
+    "INSTALL_HINT",
+    "ROWS",
+    "TARGETS",
+    "Bench",
+    "RowSpec",
+    "TargetSpec",
+    "add_parser",
+    "evaluate",
+    "fmt_ratio",
+    "fmt_value",
+    "missing_dependency",
+    "run_command",
+    "run_one",
+    "table",
+]

@@ -1,0 +1,75 @@
+"""The benchmarks ``victor-actors bench`` knows: their modules, what they need, which run by default."""
+
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import dataclass
+
+__all__ = ["BENCHMARKS", "INSTALL_HINT", "Bench", "distribution", "missing_dependency"]
+
+INSTALL_HINT = "pip install 'victor-actors[bench]'"
+# An importable module each optional dependency must provide, and the distribution to name.
+_DISTRIBUTIONS = {
+    "langgraph": "langgraph",
+    "langgraph.checkpoint": "langgraph-checkpoint",
+    "langgraph.checkpoint.sqlite": "langgraph-checkpoint-sqlite",
+    "langgraph_checkpoint_lmdb": "langgraph-checkpoint-lmdb",
+    "matplotlib": "matplotlib",
+}
+
+
+@dataclass(frozen=True)
+class Bench:
+    """One benchmark: ``python -m <module> [--quick] --json FILE`` in a fresh process."""
+
+    name: str
+    about: str
+    needs: tuple[str, ...] = ()  # modules that must import, or the whole benchmark is skipped
+    default: bool = True  # part of a plain ``victor-actors bench``
+    timeout: float = 3600.0
+    module: str = ""  # default: victor_actors.bench.<name>
+
+    def __post_init__(self) -> None:
+        if not self.module:
+            object.__setattr__(self, "module", f"victor_actors.bench.{self.name}")
+
+
+BENCHMARKS: dict[str, Bench] = {
+    b.name: b
+    for b in (
+        Bench("core", "apply round trip vs a pykka echo ask; snapshot at 10 vs 100,000 keys"),
+        Bench("pipeline", "pipelined aapply vs raw pykka tell, at 10 and 100,000 keys"),
+        Bench("startup", "start-up of 1,000 and 10,000 scope actors vs bare pykka actors"),
+        # store and agent measure ours without LangGraph; only their LangGraph peers need the extra
+        Bench("store", "durable commits/s vs SqliteSaver puts; bytes on disk after 1,000 steps"),
+        Bench("agent", "agent step vs a one-node LangGraph StateGraph with SqliteSaver"),
+        Bench("scale", "passivation of 100,000 conversations under a cap", default=False),
+        Bench(
+            "langgraph",
+            "LangGraph checkpointers side by side (ours, SqliteSaver, LMDBSaver)",
+            needs=("langgraph", "langgraph.checkpoint.sqlite", "langgraph_checkpoint_lmdb"),
+            default=False,
+        ),
+    )
+}
+
+
+def distribution(module: str) -> str:
+    """The distribution that provides ``module`` (or its top-level package's name)."""
+    return _DISTRIBUTIONS.get(module) or _DISTRIBUTIONS.get(module.split(".")[0], module.split(".")[0])
+
+
+def missing_dependency(bench: Bench) -> str | None:
+    """Why ``bench`` cannot run here (an optional dependency is missing), or None."""
+    for module in bench.needs:
+        missing: str | None = None
+        try:
+            if importlib.util.find_spec(module) is None:
+                missing = module
+        except ImportError as exc:  # a parent package is missing (or fails to import): name it
+            missing = exc.name or module
+        except ValueError:
+            missing = module
+        if missing is not None:
+            return f"{distribution(missing)} not installed ({INSTALL_HINT})"
+    return None

@@ -1,0 +1,172 @@
+"""The rows of ``victor-actors bench``'s table: a measured value against its same-run baseline.
+
+Each row reads one benchmark's JSON and returns ``(ours, baseline, note)``;
+its ratio is ours / baseline. A row whose baseline is a LangGraph peer names
+it (``peer="langgraph"``): when the benchmark could not run that peer (the
+bench extra is missing) it lists it under ``skipped`` in its JSON, and the
+row says why instead of a ratio.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["LANGGRAPH", "ROWS", "Json", "RowSpec", "lat"]
+
+Json = Any
+LANGGRAPH = "langgraph"  # the peer subject of the store and agent benchmarks
+
+
+@dataclass(frozen=True)
+class RowSpec:
+    """One line of the table: ``ours`` against ``baseline``, ratio = ours / baseline."""
+
+    id: str
+    bench: str
+    what: str
+    unit: str  # of ours and baseline: "us", "ops/s", "B", "s", "steps/s"
+    better: str  # "lower" or "higher": which way the ratio is good
+    values: Callable[[Json], tuple[float, float, str]]  # the bench's JSON -> (ours, baseline, note)
+    peer: str | None = None  # the baseline is this peer subject (see ``skipped`` in the bench's JSON)
+
+
+def lat(r: Json, key: str, stat: str) -> float:
+    return float(r["latency"][key][stat])
+
+
+def _core_apply(stat: str) -> Callable[[Json], tuple[float, float, str]]:
+    def values(r: Json) -> tuple[float, float, str]:
+        n = r["latency"]["apply1"]["n"]
+        note = f"{n:,} calls; of which the apply call {lat(r, 'apply1_call', stat):.1f} us"
+        return lat(r, "apply1", stat), lat(r, "echo", stat), note
+
+    return values
+
+
+def _core_aapply(r: Json) -> tuple[float, float, str]:
+    return lat(r, "aapply1", "median_us"), lat(r, "echo", "median_us"), "asyncio twin, one at a time"
+
+
+def _core_snapshot(stat: str) -> Callable[[Json], tuple[float, float, str]]:
+    def values(r: Json) -> tuple[float, float, str]:
+        copy = lat(r, "copy_dict", "median_us")
+        return lat(r, "snap100k", stat), lat(r, "snap10", stat), f"a dict copy of 100k keys: {copy:,.0f} us"
+
+    return values
+
+
+def _pipe(key: str, base: str = "tell") -> Callable[[Json], tuple[float, float, str]]:
+    def values(r: Json) -> tuple[float, float, str]:
+        note = f"{r['in_flight']:,} in flight x {r['rounds']} rounds"
+        return float(r["throughput"][key]["per_s"]), float(r["throughput"][base]["per_s"]), note
+
+    return values
+
+
+def _store_rate(key: str, base: str = "sqlite_put") -> Callable[[Json], tuple[float, float, str]]:
+    def values(r: Json) -> tuple[float, float, str]:
+        acc = r["throughput"][key]
+        note = f"{acc['store_commits'] / acc['store_txns']:.1f} commits/txn" if acc.get("store_txns") else ""
+        return float(acc["rate"]), float(r["throughput"][base]["rate"]), note
+
+    return values
+
+
+def _storage_vs_final(r: Json) -> tuple[float, float, str]:
+    st = r["storage"]
+    ours = st["ours"]
+    note = f"{st['steps']:,} steps; {ours['kept']}"
+    return float(ours["data_mdb"]["size"]), float(ours["final_state_bytes"]), note
+
+
+def _storage_scope(r: Json) -> tuple[float, float, str]:
+    ours = r["storage"]["ours"]
+    return float(ours["scope_bytes"]), float(ours["final_state_bytes"]), "size_of(scope): its own records"
+
+
+def _storage_vs_plain(r: Json) -> tuple[float, float, str]:
+    st = r["storage"]
+    return (
+        float(st["ours"]["data_mdb"]["size"]),
+        float(st["plain_msgpack_bytes"]),
+        "final state, plain msgpack",
+    )
+
+
+def _storage_vs_sqlite(r: Json) -> tuple[float, float, str]:
+    st = r["storage"]
+    note = f"SqliteSaver's final state {st['sqlite']['final_state_bytes']:,} B"
+    return float(st["ours"]["data_mdb"]["size"]), float(st["sqlite"]["file"]["size"]), note
+
+
+def _agent(key: str, base: str = "langgraph_sqlite") -> Callable[[Json], tuple[float, float, str]]:
+    def values(r: Json) -> tuple[float, float, str]:
+        note = f"{r['rounds']} rounds x {r['steps']} steps from 100 messages"
+        return float(r["rates"][key]), float(r["rates"][base]), note
+
+    return values
+
+
+def _startup_sizes(r: Json) -> list[str]:
+    return sorted(r["sizes"], key=int)
+
+
+def _startup(which: int) -> Callable[[Json], tuple[float, float, str]]:
+    def values(r: Json) -> tuple[float, float, str]:
+        size = r["sizes"][_startup_sizes(r)[which]]
+        ours, bare = size["ours"], size["bare"]
+        kib = (
+            f"{ours['rss_per_actor_bytes'] / 1024:.1f} vs {bare['rss_per_actor_bytes'] / 1024:.1f} KiB/actor"
+        )
+        rounds = size["rounds"]
+        note = f"{size['actors']:,} actors, {rounds} round{'' if rounds == 1 else 's'}; {kib}"
+        return float(ours["start_s"]), float(bare["start_s"]), note
+
+    return values
+
+
+_R = RowSpec
+ROWS: tuple[RowSpec, ...] = (
+    _R("apply_p50", "core", "apply round trip p50 / pykka echo ask p50", "us", "lower",
+       _core_apply("median_us")),
+    _R("apply_p99", "core", "apply round trip p99 / pykka echo ask p99", "us", "lower",
+       _core_apply("p99_us")),
+    _R("aapply_p50", "core", "aapply round trip p50 / pykka echo ask p50", "us", "lower", _core_aapply),
+    _R("snapshot_p50", "core", "snapshot() p50 at 100,000 keys / at 10 keys", "us", "lower",
+       _core_snapshot("median_us")),
+    _R("snapshot_p99", "core", "snapshot() p99 at 100,000 keys / at 10 keys", "us", "lower",
+       _core_snapshot("p99_us")),
+    _R("pipeline_10", "pipeline", "pipelined aapply, 10-key scope / raw pykka tell", "ops/s", "higher",
+       _pipe("aapply_10")),
+    _R("pipeline_100k", "pipeline", "pipelined aapply, 100,000-key scope / raw pykka tell", "ops/s", "higher",
+       _pipe("aapply_100k")),
+    _R("pipeline_flat", "pipeline", "pipelined aapply at 100,000 keys / at 10 keys", "ops/s", "higher",
+       _pipe("aapply_100k", "aapply_10")),
+    _R("pipeline_futures", "pipeline", "sync pipelined apply (pykka futures) / raw tell", "ops/s", "higher",
+       _pipe("futures_10")),
+    _R("durable_1", "store", "durable commits/s, 1 scope / SqliteSaver put", "ops/s", "higher",
+       _store_rate("sync1"), LANGGRAPH),
+    _R("durable_100", "store", "durable commits/s, 100 scopes / SqliteSaver put", "ops/s", "higher",
+       _store_rate("sync100"), LANGGRAPH),
+    _R("durable_raw", "store", "durable commits/s, 1 scope / raw LMDB synced txn", "ops/s", "higher",
+       _store_rate("sync1", "raw_lmdb")),
+    _R("storage", "store", "bytes on disk after the conversation / final state", "B", "lower",
+       _storage_vs_final),
+    _R("storage_scope", "store", "the scope's stored records / final state", "B", "lower", _storage_scope),
+    _R("storage_plain", "store", "bytes on disk / final state as plain msgpack", "B", "lower",
+       _storage_vs_plain),
+    _R("storage_sqlite", "store", "bytes on disk / SqliteSaver's file, same run", "B", "lower",
+       _storage_vs_sqlite, LANGGRAPH),
+    _R("agent", "agent", "agent step, durable / LangGraph 1-node StateGraph", "steps/s", "higher",
+       _agent("ours_sync"), LANGGRAPH),
+    _R("agent_memory", "agent", "agent step, in memory / LangGraph 1-node StateGraph", "steps/s", "higher",
+       _agent("ours_memory"), LANGGRAPH),
+    _R("agent_durable", "agent", "agent step, durable / the same in memory (no store)", "steps/s", "higher",
+       _agent("ours_sync", "ours_memory")),
+    _R("startup_small", "startup", "start N scope actors / N bare pykka actors (smaller N)", "s", "lower",
+       _startup(0)),
+    _R("startup_large", "startup", "start N scope actors / N bare pykka actors (larger N)", "s", "lower",
+       _startup(1)),
+)  # fmt: skip

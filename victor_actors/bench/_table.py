@@ -1,0 +1,77 @@
+"""The terminal report of one ``victor-actors bench`` run, and the number formats it shares with the docs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["fmt_ratio", "fmt_value", "table"]
+
+
+def fmt_value(value: float | None, unit: str) -> str:
+    if value is None:
+        return "-"
+    if unit == "us":
+        return f"{value:,.2f} us"
+    if unit == "s":
+        return f"{value:,.3f} s"
+    if unit == "B":
+        return f"{value:,.0f} B"
+    return f"{value:,.0f} {unit}"
+
+
+def fmt_ratio(value: float | None) -> str:
+    if value is None:
+        return "-"
+    if value < 0.1:
+        return f"{value:.2g}x"
+    return f"{value:.2f}x" if value < 100 else f"{value:,.0f}x"
+
+
+def table(doc: dict[str, Any]) -> str:
+    """The terminal report of one ``bench`` run."""
+    lines: list[str] = []
+    meta = doc["meta"]
+    mem = meta.get("memory_bytes")
+    memory = f"{mem / 2**30:.1f} GiB" if mem else "memory unknown"
+    lines.append(
+        f"machine: {meta['cpu_model']}, {meta['cpus_usable']} usable of {meta['cpus']} CPUs, {memory}, "
+        f"{meta['python']}; load average at start {meta.get('load_average_start')}"
+    )
+    lines.append("")
+    lines.append(f"{'BENCHMARK':<11}{'STATUS':<9}{'WALL':>9}  ABOUT")
+    for name, b in doc["benchmarks"].items():
+        wall = f"{b.get('seconds', 0.0):.1f} s"
+        lines.append(f"{name:<11}{b['status']:<9}{wall:>9}  {b['about']}")
+        if b["status"] != "ok":
+            lines.append(f"{'':<20}  {b['reason']}")
+    lines.append("")
+    w = max(len(r["what"]) for r in doc["rows"]) + 2
+    lines.append(
+        f"{'MEASURED (same run; ratio = ours / baseline)':<{w}}{'OURS':>17}{'BASELINE':>17}{'RATIO':>9}"
+    )
+    bench = None
+    for r in doc["rows"]:
+        if r["bench"] != bench:
+            bench = r["bench"]
+            lines.append(f"[{bench}]")
+            if bench not in doc["benchmarks"] or doc["benchmarks"][bench]["status"] != "ok":
+                lines.append(f"    {r['note']}")
+        if r["bench"] not in doc["benchmarks"] or doc["benchmarks"][r["bench"]]["status"] != "ok":
+            continue
+        if r["ratio"] is None:
+            lines.append(f"{r['what']:<{w}}{'-':>17}{'-':>17}{'-':>9}  {r['note']}")
+            continue
+        ours, base = fmt_value(r["ours"], r["unit"]), fmt_value(r["baseline"], r["unit"])
+        lines.append(f"{r['what']:<{w}}{ours:>17}{base:>17}{fmt_ratio(r['ratio']):>9}  {r['note']}")
+    lines.append("")
+    tw = max(len(t["target"]) for t in doc["targets"]) + 2
+    lines.append(f"{'TARGET':<{tw}}{'MEASURED':>10}  VERDICT")
+    for t in doc["targets"]:
+        lines.append(f"{t['target']:<{tw}}{fmt_ratio(t['measured']):>10}  {t['verdict']}")
+        if t["why"] and t["verdict"] == "MISSED":
+            lines.append(f"    why: {t['why']}")
+        elif t["why"]:
+            lines[-1] += f"  ({t['why']})"
+    counts = {v: sum(1 for t in doc["targets"] if t["verdict"] == v) for v in ("MET", "MISSED", "NOT RUN")}
+    lines.append("targets: " + ", ".join(f"{n} {v}" for v, n in counts.items() if n or v != "NOT RUN"))
+    return "\n".join(lines)

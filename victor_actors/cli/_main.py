@@ -1,0 +1,93 @@
+"""The ``victor-actors`` command: parse the arguments, open the store read-only, run the view.
+
+``simulate`` and ``bench`` are their own subpackages' commands (they write
+their own stores); every other command opens ``PATH`` with
+``GlobalStateManager.open(path, read_only=True)`` and prints a view of it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Callable
+
+import lmdb
+
+import victor_actors.bench as bench
+import victor_actors.sim as sim
+from victor_actors import GlobalStateManager, ScopeRef, VictorActorsError, __version__
+from victor_actors.cli import _commands as views
+from victor_actors.store import Store
+
+__all__ = ["main"]
+
+PROG = views.PROG
+Command = Callable[[GlobalStateManager, Store, argparse.Namespace], int]
+
+
+def _ref_arg(text: str) -> ScopeRef:
+    try:
+        return ScopeRef.parse(text)
+    except VictorActorsError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _version_arg(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"a version is a non-negative integer, not {text!r}")
+    return int(text)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=PROG, description="Read-only views of a victor_actors store.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def command(name: str, run: Command, text: str, scope: str | None = "SCOPE") -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=text, description=text)
+        p.add_argument("path", metavar="PATH", help="the store directory")
+        if scope == "SCOPE":
+            p.add_argument("scope", type=_ref_arg, metavar="SCOPE", help="a scope ref, e.g. conversation:c1")
+        elif scope == "SCOPE?":
+            p.add_argument("scope", type=_ref_arg, nargs="?", metavar="SCOPE", help="one scope (default all)")
+        p.set_defaults(run=run)
+        return p
+
+    command("inspect", views.inspect, "the scope tree with versions, checkpoints and stored bytes", None)
+    command("history", views.history, "one line per stored commit of a scope")
+    show = command("show", views.show, "a scope's state as JSON (current, or at --version)")
+    show.add_argument("--version", type=_version_arg, metavar="V", help="the version to rebuild")
+    diff = command("diff", views.diff, "what changed in a scope between two versions")
+    diff.add_argument("v1", type=_version_arg, metavar="V1")
+    diff.add_argument("v2", type=_version_arg, metavar="V2")
+    export = command("export", views.export, "state, checkpoints and commit log as JSON", "SCOPE?")
+    export.add_argument("--json", action="store_true", help="JSON output (the only format; the default)")
+    export.add_argument("--output", "-o", metavar="FILE", help="write to FILE instead of stdout")
+    sim.add_parser(sub)
+    bench.add_parser(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the command line; return the exit status (0; 2 on any error; 1 when stdout closes early)."""
+    try:
+        args = _parser().parse_args(argv)
+    except SystemExit as exc:  # --help, --version, usage errors
+        return exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 2
+    if args.command == "simulate":  # writes its own store: not a read-only view
+        return sim.run_command(args)
+    if args.command == "bench":  # runs the benchmarks: not a view of a store
+        return bench.run_command(args)
+    run: Command = args.run
+    try:
+        with GlobalStateManager.open(args.path, read_only=True) as manager:
+            store = manager.store
+            assert store is not None
+            return run(manager, store, args)
+    except BrokenPipeError:  # the reader went away (``| head``): stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+    except (VictorActorsError, OSError, lmdb.Error) as exc:
+        views.err(exc)
+        return 2

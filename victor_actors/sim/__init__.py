@@ -1,0 +1,46 @@
+"""``victor-actors simulate``: many agents, real faults, then the invariants.
+
+Teams x workflows x conversations, one agent per conversation, half of them
+threads and half asyncio tasks, run coordinator loops against an LMDB store
+while batches are rejected, actors crash and runs time out or raise. At the
+end the store is closed and reopened, and :func:`check_invariants` compares
+what the agents were acknowledged with what the store holds. ``--kill`` runs
+the load in a child process, SIGKILLs it at a random moment and checks every
+acknowledged commit after reopening. See ``docs/simulate.md``.
+
+Tooling on top of the runtime: it uses only the public surface
+(:mod:`victor_actors`, :mod:`victor_actors.lowlevel`, :mod:`victor_actors.testing`),
+and nothing in the runtime imports it.
+
+- ``_config``: :class:`SimConfig`, the fault kinds, ``--quick``;
+- ``_coordinators``: the coordinators, the tools and the batch of a step;
+- ``_agent``: one agent, written once for a thread and an asyncio task;
+- ``_hub``: what the agents share, and the tallies;
+- ``_ledger``, ``_invariants``: the plain data the checker compares, and the checks;
+- ``_load``: one simulation in this process; ``_kill``: the SIGKILL harness;
+- ``_command``: the ``simulate`` subcommand.
+"""
+
+from __future__ import annotations
+
+from victor_actors.sim._command import add_parser, run_command
+from victor_actors.sim._config import QUICK, SimConfig
+from victor_actors.sim._invariants import check_invariants
+from victor_actors.sim._kill import simulate_kill
+from victor_actors.sim._ledger import AgentLedger, Expected, InvariantResult, Observed, RunLedger
+from victor_actors.sim._load import simulate
+
+__all__ = [
+    "QUICK",
+    "AgentLedger",
+    "Expected",
+    "InvariantResult",
+    "Observed",
+    "RunLedger",
+    "SimConfig",
+    "add_parser",
+    "check_invariants",
+    "run_command",
+    "simulate",
+    "simulate_kill",
+]

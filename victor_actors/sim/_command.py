@@ -1,0 +1,195 @@
+"""``victor-actors simulate`` on the command line: the flags, the progress bar, the tables, the verdict."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+from victor_actors import VictorActorsError
+from victor_actors.sim._config import KINDS, QUICK, SimConfig, Tick
+from victor_actors.sim._kill import ack_sink, simulate_kill
+from victor_actors.sim._load import simulate
+
+__all__ = ["add_parser", "run_command"]
+
+
+def _verdict(report: dict[str, Any]) -> str:
+    """The one line every mode ends with (and all that --quiet prints)."""
+    total, failed, c = len(report["invariants"]), report["failed"], report["counts"]
+    if failed:
+        head = f"FAIL: {len(failed)} of {total} invariants failed ({', '.join(failed)})"
+    else:
+        head = f"PASS: all {total} invariants hold"
+    if "kill" in report:
+        after = report["kill"]["killed_after_seconds"]
+        return (
+            f"{head}; {c['agents']} agents, child killed with SIGKILL after {after} s, "
+            f"{c['commits_acknowledged']} acknowledged commits checked after reopening"
+        )
+    t = report["throughput"]
+    runs = sum(c["runs_rolled_back"].values())
+    rejected = sum(v["refused"] for v in c["rejected_batches"].values())
+    return (
+        f"{head}; {c['agents']} agents, {c['commits_acknowledged']} commits in {t['load_seconds']} s "
+        f"({t['commits_per_second']}/s), {c['crashes_injected']} crashes, {runs} runs rolled back, "
+        f"{rejected} batches rejected"
+    )
+
+
+def _print_tables(report: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    table = Table(title="victor-actors simulate: invariants")
+    for col in ("invariant", "result", "checked", "details"):
+        table.add_column(col, overflow="fold")
+    for r in report["invariants"]:
+        result = "[green]pass[/]" if r["ok"] else "[bold red]FAIL[/]"
+        table.add_row(r["name"], result, str(r["checked"]), "\n".join(r["details"]) or "-")
+    load = Table(title="load")
+    load.add_column("measure")
+    load.add_column("value", overflow="fold")
+    rows = {**report["counts"], **report.get("throughput", {}), **report.get("kill", {})}
+    rows["wall_seconds"] = report["wall_seconds"]
+    rows.pop("error_examples", None)  # in the JSON report
+    for key, value in rows.items():
+        if isinstance(value, dict):
+            parts = [
+                f"{k} {v['refused']}/{v['sent']}" if isinstance(v, dict) else f"{k} {v}"
+                for k, v in value.items()
+            ]
+            value = ", ".join(parts) or "none"
+        load.add_row(key.replace("_", " "), str(value))
+    console.print(load)
+    console.print(table)
+
+
+def _progress(mode: str) -> tuple[Tick | None, Callable[[], None]]:
+    if mode != "rich":
+        return None, lambda: None
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    progress = Progress(
+        TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), TextColumn("{task.fields[info]}"),
+        console=Console(stderr=True), transient=True,
+    )  # fmt: skip
+    task = progress.add_task("simulating", total=1.0, info="")
+    began = time.monotonic()
+    progress.start()
+
+    def tick(done: float, commits: int, failures: int) -> None:
+        rate = commits / max(time.monotonic() - began, 1e-6)
+        info = f"{commits} commits ({rate:.0f}/s), {failures} failures so far"
+        progress.update(task, completed=done, info=info)
+
+    return tick, progress.stop
+
+
+def _positive(kind: type[int] | type[float]) -> Callable[[str], Any]:
+    def parse(text: str) -> Any:
+        value = kind(text)
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"must be positive, not {text}")
+        return value
+
+    return parse
+
+
+def _rate(text: str) -> float:
+    value = float(text)
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"a rate is between 0 and 1, not {text}")
+    return value
+
+
+def add_parser(sub: Any) -> None:
+    """Add ``simulate`` to the command line's subcommands."""
+    text = "run agents with injected faults against a store, then check the invariants"
+    p = sub.add_parser("simulate", help=text, description=text)
+    d = SimConfig()
+    for name, kind, helptext in (
+        ("teams", _positive(int), f"teams (default {d.teams})"),
+        ("workflows", _positive(int), f"workflows per team (default {d.workflows})"),
+        ("conversations", _positive(int), f"conversations (agents) per workflow (default {d.conversations})"),
+        ("seconds", _positive(float), f"load duration (default {d.seconds})"),
+        ("steps", _positive(int), "turns per agent, instead of --seconds"),
+        ("tool-rate", _rate, f"share of turns that request a tool (default {d.tool_rate})"),
+        ("reject-rate", _rate, f"share of turns sending a batch that must fail (default {d.reject_rate})"),
+        ("crash-rate", _rate, f"share of turns that crash an actor first (default {d.crash_rate})"),
+        ("timeout-rate", _rate, f"share of turns in a run that times out (default {d.timeout_rate})"),
+        ("raise-rate", _rate, f"share of turns in a run that raises (default {d.raise_rate})"),
+        (
+            "team-crash-share",
+            _rate,
+            f"of the crashes, the share aimed at the team (default {d.team_crash_share})",
+        ),
+        ("transact-share", _rate, f"of the steps, the share using transact (default {d.transact_share})"),
+        ("run-timeout", _positive(float), f"timeout of the runs meant to time out (default {d.run_timeout})"),
+        ("run-steps", _positive(int), f"counter steps in each failing run (default {d.run_steps})"),
+        ("seed", int, f"random seed (default {d.seed})"),
+        ("durability", str, "sync (default) or async: acknowledged before durable, which --kill must catch"),
+    ):
+        p.add_argument(f"--{name}", type=kind, default=None, help=helptext)
+    p.add_argument("--quick", action="store_true", help="a few seconds, small, every fault kind: for tests")
+    p.add_argument(
+        "--store", metavar="PATH", help="keep the store at PATH (new or empty; default a temp dir)"
+    )
+    p.add_argument(
+        "--kill", action="store_true", help="SIGKILL a child running the load, then check the store"
+    )
+    p.add_argument("--report", metavar="FILE", help="write the full JSON report to FILE")
+    out = p.add_mutually_exclusive_group()
+    out.add_argument("--quiet", action="store_true", help="print only the final verdict line")
+    out.add_argument("--json", action="store_true", help="print the JSON report on stdout")
+    p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--ack-file", help=argparse.SUPPRESS)
+
+
+def run_command(args: argparse.Namespace) -> int:
+    """``victor-actors simulate``: exit 0 if every invariant holds, 1 if one fails, 2 on an error."""
+    values = dict(QUICK) if args.quick else {}
+    for f in dataclasses.fields(SimConfig):
+        if getattr(args, f.name, None) is not None:
+            values[f.name] = getattr(args, f.name)
+    config = SimConfig(**values)
+    if config.durability not in ("sync", "async"):
+        print("victor-actors: error: --durability is sync or async", file=sys.stderr)
+        return 2
+    if sum(config.rate(kind) for kind in KINDS) > 1.0:
+        print("victor-actors: error: the --*-rate options add up to more than 1", file=sys.stderr)
+        return 2
+    if args.store and os.path.isdir(args.store) and os.listdir(args.store) and not args.child:
+        print(f"victor-actors: error: --store {args.store} is not empty", file=sys.stderr)
+        return 2
+    mode = "json" if args.json else "quiet" if args.quiet else "rich"
+    tick, stop = _progress(mode)
+    try:
+        if args.kill:
+            report = simulate_kill(config, store=args.store, tick=tick)
+        else:
+            sink = ack_sink(args.ack_file) if args.ack_file else None
+            report = simulate(config, store=args.store, sink=sink, tick=tick)
+    except (VictorActorsError, OSError) as exc:
+        stop()
+        print(f"victor-actors: error: {exc}", file=sys.stderr)
+        return 2
+    stop()
+    if args.report:
+        with open(args.report, "w", encoding="utf-8") as fh:
+            json.dump(report, fh, indent=2)
+            fh.write("\n")
+    if mode == "json":
+        print(json.dumps(report, indent=2))
+    else:
+        if mode == "rich":
+            _print_tables(report)
+        print(_verdict(report))
+    return 0 if report["verdict"] == "PASS" else 1

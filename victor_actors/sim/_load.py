@@ -1,0 +1,192 @@
+"""One simulation in this process: start the agents on a store, observe it, reopen it, check.
+
+Teams x workflows x conversations, one agent per conversation, half of them
+threads and half asyncio tasks, run coordinator loops against an LMDB store
+while batches are rejected, actors crash and runs time out or raise. At the
+end the store is closed and reopened, and :func:`check_invariants` compares
+what the agents were acknowledged with what the store holds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import shutil
+import tempfile
+import threading
+import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from victor_actors import DeadlineExceededError, GlobalStateManager, TransitionBatch, VictorActorsError
+from victor_actors.lowlevel import thaw
+from victor_actors.sim._agent import Agent
+from victor_actors.sim._config import SimConfig, Sink, Tick
+from victor_actors.sim._coordinators import alookup, lookup
+from victor_actors.sim._hub import Hub
+from victor_actors.sim._invariants import check_invariants
+from victor_actors.sim._ledger import AgentLedger, Expected, InvariantResult, Observed
+
+__all__ = ["observe", "report", "simulate"]
+
+
+def _names(config: SimConfig) -> list[tuple[str, str, str, str | None]]:
+    """(team, workflow, agent, a sibling agent) for every conversation."""
+    out = []
+    for t in range(config.teams):
+        for w in range(config.workflows):
+            for c in range(config.conversations):
+                sibling = f"t{t}w{w}a{(c + 1) % config.conversations}" if config.conversations > 1 else None
+                out.append((f"t{t}", f"t{t}w{w}", f"t{t}w{w}a{c}", sibling))
+    return out
+
+
+def _scopes(config: SimConfig) -> tuple[list[str], list[str]]:
+    """The refs of the teams and of the workflows."""
+    names = _names(config)
+    return sorted({f"team:{t}" for t, _, _, _ in names}), sorted({f"workflow:{w}" for _, w, _, _ in names})
+
+
+def observe(
+    manager: GlobalStateManager, config: SimConfig
+) -> tuple[dict[str, int], dict[str, Any], dict[str, int]]:
+    """Team counters, conversation messages (plain) and every scope's version."""
+    teams, workflows = _scopes(config)
+    convs = [f"conversation:{a}" for _, _, a, _ in _names(config)]
+    counters = {ref.partition(":")[2]: int(manager.scope(ref).get("counter", 0)) for ref in teams}
+    messages = {
+        ref.partition(":")[2]: [thaw(m) for m in manager.scope(ref).snapshot().messages] for ref in convs
+    }
+    versions = {ref: manager.scope(ref).version for ref in ["global:global", *teams, *workflows, *convs]}
+    return counters, messages, versions
+
+
+def _barrier(manager: GlobalStateManager, ref: str) -> None:
+    """An empty request through the scope's mailbox: consumes a fault no agent request met."""
+    for _ in range(10):
+        try:
+            manager.scope(ref).apply(TransitionBatch())
+            return
+        except VictorActorsError:
+            continue
+
+
+def _run_async(agents: list[Agent]) -> None:
+    async def main() -> None:
+        # cross-scope aapply, atransact and run rollbacks use to_thread: room for every agent
+        asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(4 * len(agents) + 4))
+        await asyncio.gather(*(agent.arun() for agent in agents))
+
+    if agents:
+        asyncio.run(main())
+
+
+def _load(
+    config: SimConfig, path: str, sink: Sink | None, tick: Tick | None
+) -> tuple[Hub, list[AgentLedger], Observed, float]:
+    """Run the agents on the store at ``path``; observe it live, close it, and reopen it read-only."""
+    manager = GlobalStateManager.open(path, durability=config.durability)
+    try:
+        manager.register_tool("lookup", lookup, timeout=5.0)
+        manager.register_tool("alookup", alookup, timeout=5.0)
+        hub = Hub(manager, config, sink)
+        agents = [
+            Agent(hub, team, wf, name, sibling, is_async=bool(i % 2))
+            for i, (team, wf, name, sibling) in enumerate(_names(config))
+        ]
+        teams, workflows = _scopes(config)
+        for ref in (None, "global:global", *teams, *workflows):  # no escalation: a crash, a restart
+            manager.set_supervision(ref, max_restarts=1_000_000, within=1.0)
+        hub.started = time.monotonic()
+        hub.stop_at = hub.started + config.seconds
+        threads = [threading.Thread(target=a.run, name=a.name, daemon=True) for a in agents if not a.is_async]
+        async_agents = [a for a in agents if a.is_async]
+        threads.append(
+            threading.Thread(target=_run_async, args=(async_agents,), name="sim-asyncio", daemon=True)
+        )
+        for thread in threads:
+            thread.start()
+        total = config.steps * len(agents) if config.steps is not None else None
+        while any(thread.is_alive() for thread in threads):
+            try:
+                if tick is not None:
+                    done = hub.turns / total if total else (time.monotonic() - hub.started) / config.seconds
+                    tick(min(done, 1.0), hub.commits, hub.failures())
+                time.sleep(0.2)
+            except KeyboardInterrupt:  # Ctrl-C: the agents finish their turn, then the checks run
+                hub.stopping = True
+        elapsed = time.monotonic() - hub.started
+        for ref in [*(f"conversation:{a.name}" for a in agents), *teams]:
+            _barrier(manager, ref)
+        try:
+            manager.quiesce(10.0)  # the tool outbox drains
+        except DeadlineExceededError:
+            pass  # a tool result that never came is the checker's to report
+        counters, messages, versions = observe(manager, config)
+        observed = Observed(counters, messages, versions, stats=manager.stats())
+    finally:
+        manager.close()
+    with GlobalStateManager.open(path, read_only=True) as again:
+        observed.reopened_counters, observed.reopened_messages, observed.reopened_versions = observe(
+            again, config
+        )
+    return hub, [a.ledger for a in agents], observed, elapsed
+
+
+def report(
+    config: SimConfig, results: list[InvariantResult], counts: dict[str, Any], **extra: Any
+) -> dict[str, Any]:
+    """The JSON report: the verdict, the config, the counts, every invariant, and ``extra``."""
+    failed = [r.name for r in results if not r.ok]
+    return {
+        "verdict": "FAIL" if failed else "PASS",
+        "failed": failed,
+        "config": dataclasses.asdict(config),
+        "counts": counts,
+        "invariants": [r.to_dict() for r in results],
+        **extra,
+    }
+
+
+def simulate(
+    config: SimConfig, *, store: str | None = None, sink: Sink | None = None, tick: Tick | None = None
+) -> dict[str, Any]:
+    """Run one simulation in this process; return the report (``report["verdict"]``: PASS or FAIL)."""
+    started = time.monotonic()
+    path = store or tempfile.mkdtemp(prefix="victor-actors-simulate-")
+    try:
+        hub, ledgers, observed, elapsed = _load(config, path, sink, tick)
+    finally:
+        if store is None:
+            shutil.rmtree(path, ignore_errors=True)
+    expected = Expected(ledgers, hub.runs, hub.crashes, hub.restarts, hub.rejected, unexpected=hub.unexpected)
+    results = check_invariants(expected, observed)
+    runs = {kind: sum(1 for r in hub.runs if r.kind == kind) for kind in ("timeout", "raise")}
+    restored = sum(r.counter == "restored" for r in hub.runs)
+    counts = {
+        "agents": len(ledgers),
+        "thread_agents": (len(ledgers) + 1) // 2,
+        "asyncio_agents": len(ledgers) // 2,
+        "turns": hub.turns,
+        "commits_acknowledged": hub.commits,
+        "tool_requests": sum(len(a.tool_requests) for a in ledgers),
+        "rejected_batches": {k: {"sent": v[0], "refused": v[1]} for k, v in hub.rejected.items()},
+        "crashes_injected": hub.crashes,
+        "team_crashes": hub.team_crashes,
+        "restarts_expected": hub.restarts,
+        "runs_rolled_back": runs,
+        "rollbacks_restored_counter": restored,
+        "compensations": hub.compensations,
+        "ambiguous_outcomes": hub.ambiguous,
+        "runs_cancelled_in_a_step": dict(Counter(r.cancelled_step for r in hub.runs if r.cancelled_step)),
+        "errors": dict(hub.errors),
+        "error_examples": hub.examples,
+    }
+    throughput = {
+        "load_seconds": round(elapsed, 2),
+        "commits_per_second": round(hub.commits / elapsed, 1) if elapsed else 0.0,
+        "turns_per_second": round(hub.turns / elapsed, 1) if elapsed else 0.0,
+    }
+    extra = {"throughput": throughput, "stats": observed.stats, "store": store}
+    return report(config, results, counts, wall_seconds=round(time.monotonic() - started, 2), **extra)
