@@ -27,10 +27,10 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import attrs
 
-from victor_actors._crossscope import split_by_scope
 from victor_actors._errors import VersionConflictError, VictorActorsError
 from victor_actors._model import CoordinatorResult, TransitionBatch
 from victor_actors._state import ContextSnapshot, StateChanged
+from victor_actors._txn import split_by_scope
 
 if TYPE_CHECKING:
     from victor_actors._handle import ScopeHandle
@@ -209,7 +209,7 @@ class CoordinatorRunner:
         if self.validate_reads:
             return dict(versions)
         written = {snapshot.ref}
-        parts = split_by_scope(handle, result.transitions.freeze())
+        parts = split_by_scope(handle._cell, result.transitions.freeze())
         if parts is not None:
             written.update(parts)
         return {ref: v for ref, v in versions.items() if ref in written}

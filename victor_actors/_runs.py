@@ -32,21 +32,26 @@ import time
 import uuid
 from collections.abc import Callable, Iterable
 from contextvars import ContextVar
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import attrs
 
-from victor_actors._actor import ApplyRequest
+from victor_actors._cell import ScopeCell
 from victor_actors._context import RUN_ID
 from victor_actors._errors import DeadlineExceededError
 from victor_actors._events import Subscription
+from victor_actors._kernel import Kernel
+from victor_actors._messages import ApplyRequest
 from victor_actors._model import ScopeRef
 from victor_actors._rollback import RollbackReport, RunFailedError, RunTimeoutError, ScopeRollback
 from victor_actors._state import MessageLog, ScopeState, StateChanged
 
-if TYPE_CHECKING:
-    from victor_actors._handle import ScopeHandle
-    from victor_actors._manager import GlobalStateManager
+
+class Subscribable(Protocol):
+    """What :meth:`Run.subscribe` takes: anything with ``subscribe(callback)`` (a scope handle)."""
+
+    def subscribe(self, callback: Callable[[StateChanged], object]) -> Subscription: ...
+
 
 __all__ = ["CURRENT_RUN", "Run", "RunContext", "run_bound_deadline"]
 
@@ -174,10 +179,13 @@ def _undo(plan: dict[str, list[Any]], into: Any, conflicts: list[str], what: str
 class Run:
     """One agent operation in progress. See the module's documentation."""
 
-    def __init__(self, manager: GlobalStateManager, session_id: str, timeout: float) -> None:
-        if not timeout > 0:
-            raise ValueError("a run's timeout must be positive")
-        self.manager = manager
+    def __init__(
+        self, kernel: Kernel, resolve: Callable[[ScopeRef], ScopeCell], session_id: str, timeout: float
+    ) -> None:
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+            raise ValueError(f"a run's timeout must be a positive number, not {timeout!r}")
+        self._kernel = kernel
+        self._resolve = resolve
         self.session_id = session_id
         self.id = f"{session_id}:{uuid.uuid4().hex[:12]}"
         self.timeout = timeout
@@ -240,7 +248,7 @@ class Run:
         with self._lock:
             self._touched.add(ref)
 
-    def subscribe(self, handle: ScopeHandle, callback: Callable[[StateChanged], object]) -> Subscription:
+    def subscribe(self, handle: Subscribable, callback: Callable[[StateChanged], object]) -> Subscription:
         """A subscription that ends with the run."""
         sub = handle.subscribe(callback)
         with self._lock:
@@ -270,7 +278,7 @@ class Run:
         """
         with self._lock:
             # A request still being decided elsewhere (its caller was cancelled) must land first.
-            end = time.monotonic() + self.manager.request_timeout
+            end = time.monotonic() + self._kernel.options.request_timeout
             while self._inflight > 0 and (remaining := end - time.monotonic()) > 0:
                 self._idle.wait(remaining)
             refs = list(dict.fromkeys([*(r.ref for r in self._commits), *self._touched]))
@@ -287,10 +295,10 @@ class Run:
                 plans.append(plan)
                 return plan.target(state)
 
-            wait = self.manager.request_timeout
+            wait = self._kernel.options.request_timeout
             req = ApplyRequest((), None, time.monotonic() + wait, self.id, None, target)
             try:
-                commit: StateChanged = self.manager.scope(ref)._ask(req, wait)
+                commit: StateChanged = self._kernel.ask(self._resolve(ref), req, wait)
             except Exception as exc:  # report it and go on with the other scopes
                 results.append(ScopeRollback(ref, conflicts=(f"the rollback of {ref} failed: {exc!r}",)))
                 continue
@@ -309,14 +317,17 @@ class Run:
 class RunContext:
     """``with manager.run(...)`` and ``async with manager.arun(...)``."""
 
-    def __init__(self, manager: GlobalStateManager, session_id: str, timeout: float) -> None:
-        self._run = Run(manager, session_id, timeout)
+    def __init__(
+        self, kernel: Kernel, resolve: Callable[[ScopeRef], ScopeCell], session_id: str, timeout: float
+    ) -> None:
+        self._kernel = kernel
+        self._run = Run(kernel, resolve, session_id, timeout)
         self._tokens: tuple[contextvars.Token[Any], contextvars.Token[Any]] | None = None
         self._timeout_cm: Any = None
 
     def __enter__(self) -> Run:
         self._tokens = (CURRENT_RUN.set(self._run), RUN_ID.set(self._run.id))
-        self._run.manager._active_runs[self._run.id] = self._run
+        self._kernel.runs[self._run.id] = self._run
         return self._run
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
@@ -360,7 +371,7 @@ class RunContext:
             run.status = "rolled_back"
         finally:
             run._close()
-            run.manager._active_runs.pop(run.id, None)
+            self._kernel.runs.pop(run.id, None)
         if (
             exc is None
             or isinstance(exc, TimeoutError)

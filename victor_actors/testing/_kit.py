@@ -9,13 +9,13 @@ from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from victor_actors._actor import ApplyRequest, RestartRequest
-from victor_actors._crossscope import PrepareRequest
 from victor_actors._handle import ScopeHandle
 from victor_actors._manager import GlobalStateManager
+from victor_actors._messages import ApplyRequest, PrepareRequest, RestartRequest
 from victor_actors._model import ScopeRef, StateScope, StateTransition, TransitionType
 from victor_actors._state import ScopeState, StateChanged
 from victor_actors._values import FrozenDict
+from victor_actors.testing._hooks import kernel_of
 
 __all__ = [
     "Published",
@@ -133,16 +133,16 @@ class Recorder:
     def attach(self) -> None:
         """Start observing the manager; take every existing scope's current state as its baseline."""
         manager = self.manager
-        with manager._lock:
+        with kernel_of(manager).lock:
             if self._live:
                 return
-            previous = manager._observer
+            previous = kernel_of(manager).observer
             if previous == self.observe:
                 previous = None
             self._previous = previous
             with self._lock:
-                for ref, entry in manager._scopes.items():
-                    self._baselines.setdefault(ref, entry.cell.state)
+                for ref, cell in kernel_of(manager).cells.items():
+                    self._baselines.setdefault(ref, cell.state)
             self._live = True
             self._stopped = False
             manager._set_observer(self.observe)
@@ -155,12 +155,12 @@ class Recorder:
         below it.
         """
         manager = self.manager
-        with manager._lock:
+        with kernel_of(manager).lock:
             self._stopped = True
             if not self._live:
                 return
             self._live = False
-            if manager._observer == self.observe:
+            if kernel_of(manager).observer == self.observe:
                 manager._set_observer(self._previous)
 
     @property
@@ -200,8 +200,8 @@ class Recorder:
         baseline: ScopeState | None = None
         if self._live and ref not in self._baselines:
             # On the scope's own thread, before it handles the message: its state right now.
-            entry = self.manager._scopes.get(ref)
-            baseline = None if entry is None else entry.cell.state
+            cell = kernel_of(self.manager).cells.get(ref)
+            baseline = None if cell is None else cell.state
         with self._lock:
             self._seq += 1
             item = Received(self._seq, ref, kind, cls.__name__, transitions, run_id, commit_id, message)
@@ -278,13 +278,13 @@ class Recorder:
         Call it between phases of a test, when no request is in flight.
         """
         manager = self.manager
-        with manager._lock, self._lock:
+        with kernel_of(manager).lock, self._lock:
             self._entries.clear()
             self._received.clear()
             self._published.clear()
             self._current.clear()
             self._tracked.clear()
-            self._baselines = {ref: entry.cell.state for ref, entry in manager._scopes.items()}
+            self._baselines = {ref: cell.state for ref, cell in kernel_of(manager).cells.items()}
 
     def wait_quiet(self, quiet: float = 0.05, timeout: float = 5.0) -> bool:
         """Wait until nothing was recorded for ``quiet`` seconds; False if ``timeout`` passed first."""
@@ -326,7 +326,7 @@ def _recorder_of(source: Recorder | GlobalStateManager) -> Recorder | None:
     if isinstance(source, Recorder):
         return source
     if isinstance(source, GlobalStateManager):
-        owner = getattr(source._observer, "__self__", None)
+        owner = getattr(kernel_of(source).observer, "__self__", None)
         return owner if isinstance(owner, Recorder) else None
     raise TypeError(f"expected a Recorder or a GlobalStateManager, not {type(source).__name__}")
 
