@@ -148,19 +148,7 @@ class ScopeActor(pykka.ThreadingActor):
         txn = req.txn
         created: tuple[str, ...] = ()
         try:
-            if cell.failed_reason is not None:
-                raise ScopeFailedError(
-                    f"{state.ref} has failed for good ({cell.failed_reason}); nothing was applied"
-                )
-            if time.monotonic() > txn.deadline:
-                raise DeadlineExceededError(
-                    f"{state.ref}: the batch's deadline passed while it waited in the mailbox; "
-                    "nothing was applied"
-                )
-            if cell.faults:
-                self._run_fault(cell)
-            if req.expected_version is not None and req.expected_version != state.version:
-                raise VersionConflictError(state.ref, req.expected_version, state.version)
+            self._admit(state, txn.deadline, req.expected_version, "batch")
             transitions, indices = req.transitions, req.indices
             if transitions is None:  # lock first; the part comes once the coordinator has read us
                 assert req.work is not None
@@ -209,6 +197,23 @@ class ScopeActor(pykka.ThreadingActor):
         except Exception:  # supervision must never take the actor down
             logger.exception("supervising the failure of %s failed", self._cell.state.ref)
 
+    def _admit(self, state: ScopeState, deadline: float | None, expected: int | None, what: str) -> None:
+        """The checks before any work: given up on, expired in the mailbox, an injected fault, stale."""
+        cell = self._cell
+        if cell.failed_reason is not None:
+            raise ScopeFailedError(
+                f"{state.ref} has failed for good ({cell.failed_reason}); nothing was applied"
+            )
+        if deadline is not None and time.monotonic() > deadline:
+            raise DeadlineExceededError(
+                f"{state.ref}: the {what}'s deadline passed while it waited in the mailbox; "
+                "nothing was applied"
+            )
+        if cell.faults:
+            self._run_fault(cell)
+        if expected is not None and expected != state.version:
+            raise VersionConflictError(state.ref, expected, state.version)
+
     @staticmethod
     def _run_fault(cell: ScopeCell) -> None:
         fault = cell.faults.pop(0)
@@ -245,19 +250,7 @@ class ScopeActor(pykka.ThreadingActor):
         cell = self._cell
         state = cell.state
         try:
-            if cell.failed_reason is not None:
-                raise ScopeFailedError(
-                    f"{state.ref} has failed for good ({cell.failed_reason}); nothing was applied"
-                )
-            if req.deadline is not None and time.monotonic() > req.deadline:
-                raise DeadlineExceededError(
-                    f"{state.ref}: the request's deadline passed while it waited in the mailbox; "
-                    "nothing was applied"
-                )
-            if cell.faults:
-                self._run_fault(cell)
-            if req.expected_version is not None and req.expected_version != state.version:
-                raise VersionConflictError(state.ref, req.expected_version, state.version)
+            self._admit(state, req.deadline, req.expected_version, "request")
             commit_id = self._host.new_commit_id()
             if req.reset_to is None:
                 new_state, record = reduce(
