@@ -16,7 +16,7 @@ import attrs
 
 from victor_actors._actor import Persist
 from victor_actors._cell import ScopeCell
-from victor_actors._errors import CheckpointNotFoundError, VictorActorsError
+from victor_actors._errors import CheckpointNotFoundError, ScopeAccessError, VictorActorsError
 from victor_actors._kernel import Kernel
 from victor_actors._messages import ApplyRequest
 from victor_actors._model import ScopeRef
@@ -139,6 +139,12 @@ class Durability:
                 "checkpoints need a store: open the manager with GlobalStateManager.open(path)"
             )
         return self.store
+
+    def need_writable_store(self, what: str) -> Store:
+        store = self.need_store()
+        if store.read_only:
+            raise ScopeAccessError(f"the manager is read-only and {what} writes to the store; nothing was done")
+        return store
 
     def set_durability(self, cell: ScopeCell, mode: str) -> None:
         """Override the durability mode for one scope (leaving ``manual`` checkpoints first)."""

@@ -29,7 +29,7 @@ from victor_actors._runs import CURRENT_RUN, run_bound_deadline
 from victor_actors._state import ContextSnapshot, StateChanged
 from victor_actors._twins import Step, StepGen, adrive, drive
 from victor_actors._txn import apply_across, expected_for, split_by_scope, transact
-from victor_actors._values import thaw
+from victor_actors._values import FrozenDict, thaw
 
 __all__ = ["BatchLike", "ScopeHandle"]
 
@@ -39,22 +39,40 @@ Parts = dict[ScopeRef, tuple[list[StateTransition], list[int]]] | None
 
 
 def _transitions(batch: BatchLike) -> tuple[StateTransition, ...]:
+    """The transitions ``apply`` captures from what it was given, each checked: garbage is refused here."""
     if isinstance(batch, TransitionBatch):
         ts = batch.transitions
-        for t in ts:
-            if t.transition_type is TransitionType.BATCH:
-                return batch.freeze()
-        return tuple(ts)
-    if isinstance(batch, CoordinatorResult):
-        return batch.transitions.freeze()
-    if isinstance(batch, StateTransition):
-        return tuple(batch.flatten())
-    if isinstance(batch, Iterable) and not isinstance(batch, (str, bytes, Mapping)):
-        return TransitionBatch(batch).freeze()
-    raise TransitionValidationError(
-        f"apply takes a TransitionBatch, a StateTransition, a CoordinatorResult or "
-        f"transitions, not {type(batch).__name__}"
-    )
+        if ts.__class__ is not list:
+            raise TransitionValidationError(
+                f"TransitionBatch.transitions must be a list of StateTransition, not {type(ts).__name__}; "
+                "nothing was applied",
+                field="transitions",
+            )
+        captured = tuple(ts)
+        if any(
+            t.__class__ is StateTransition and t.transition_type is TransitionType.BATCH for t in captured
+        ):
+            captured = TransitionBatch(captured).freeze()
+    elif isinstance(batch, CoordinatorResult):
+        return _transitions(batch.transitions)
+    elif isinstance(batch, StateTransition):
+        captured = tuple(batch.flatten())
+    elif isinstance(batch, Iterable) and not isinstance(batch, (str, bytes, Mapping)):
+        captured = TransitionBatch(batch).freeze()
+    else:
+        raise TransitionValidationError(
+            f"apply takes a TransitionBatch, a StateTransition, a CoordinatorResult or "
+            f"transitions, not {type(batch).__name__}"
+        )
+    for index, t in enumerate(captured):
+        if t.__class__ is not StateTransition or t.data.__class__ is not FrozenDict:
+            raise TransitionValidationError(
+                f"item {index} of the batch is a {type(t).__name__}, not a StateTransition made by the "
+                "batch's builders; nothing was applied",
+                index=index,
+                field="transitions",
+            )
+    return captured
 
 
 class ScopeHandle:
@@ -342,6 +360,8 @@ class ScopeHandle:
         """
         kernel = self._kernel
         kernel.check_open(self.ref)
+        if kernel.read_only:
+            raise ScopeAccessError(f"the manager is read-only; {self.ref} takes no batches")
         refs = self._lock_refs(lock)
         wait = kernel.options.request_timeout if timeout is None else timeout
         deadline = run_bound_deadline(time.monotonic() + wait)

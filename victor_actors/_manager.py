@@ -269,7 +269,7 @@ class GlobalStateManager:
         Leaving ``manual`` writes a checkpoint first, so the log that follows
         has a base to replay from.
         """
-        self._durability.need_store()
+        self._durability.need_writable_store("set_durability")
         if mode not in DURABILITY_MODES:
             raise ValueError(f"durability must be one of {DURABILITY_MODES}, not {mode!r}")
         self._durability.set_durability(self._cell(scope_ref), mode)
@@ -280,7 +280,7 @@ class GlobalStateManager:
         The id is ``"<scope>:<id>@<version>"``. Saving twice at one version
         keeps one checkpoint (the later label wins).
         """
-        self._durability.need_store()
+        self._durability.need_writable_store("save_checkpoint")
         return self._durability.save_checkpoint(self._cell(scope_ref), label)
 
     def list_checkpoints(self, scope_ref: ScopeRef | str) -> list[CheckpointInfo]:
@@ -311,7 +311,7 @@ class GlobalStateManager:
         History is kept: the version keeps rising and subscribers see the
         change like any other.
         """
-        self._durability.need_store()
+        self._durability.need_writable_store("restore")
         cell = self._cell(scope_ref)
         target = self._durability.target(cell, checkpoint)
         wait = self.options.request_timeout if timeout is None else timeout
@@ -329,7 +329,7 @@ class GlobalStateManager:
         Raises:
             ScopeAccessError: ``new_id`` already exists.
         """
-        self._durability.need_store()
+        self._durability.need_writable_store("fork")
         source = self._cell(scope_ref)
         new_ref = ScopeRef(source.state.ref.scope, new_id)
         target = self._durability.target(source, checkpoint)
@@ -462,6 +462,7 @@ class GlobalStateManager:
 
     def restart_scope(self, ref: ScopeRef | str, *, timeout: float | None = None) -> None:
         """Restart a scope from its last committed state, also one supervision gave up on."""
+        self._kernel.check_open(GLOBAL_REF)
         wait = self.options.request_timeout if timeout is None else timeout
         self._kernel.ask(self._cell(ref), RestartRequest("restarted by hand"), wait)
 

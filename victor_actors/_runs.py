@@ -30,7 +30,7 @@ import contextvars
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from contextvars import ContextVar
 from typing import Any, Protocol, TypeVar
 
@@ -60,6 +60,24 @@ _ABSENT: Any = object()
 T = TypeVar("T")
 
 
+def same_value(a: Any, b: Any) -> bool:
+    """Whether two frozen values are the same value: ``==``, except that NaN is itself.
+
+    Rollback asks "is this still the value the run wrote?"; with ``==`` a NaN
+    the run wrote would never be, and would be left behind as another
+    writer's.
+    """
+    if a is b:
+        return True
+    if a.__class__ is float and b.__class__ is float:
+        return a == b or (a != a and b != b)
+    if a.__class__ is tuple and b.__class__ is tuple:
+        return len(a) == len(b) and all(same_value(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, Mapping) and isinstance(b, Mapping):
+        return len(a) == len(b) and all(k in b and same_value(v, b[k]) for k, v in a.items())
+    return bool(a.__class__ is b.__class__ and a == b)
+
+
 class _Plan:
     """One scope's undo plan, built from the run's commit records in order."""
 
@@ -81,10 +99,7 @@ class _Plan:
                     # [present before the run, value before, present as the run left it, value, interleaved]
                     into[c.key] = [c.old_present, c.old_value, c.new_present, c.new_value, False]
                     continue
-                if (c.old_present, c.old_value if c.old_present else None) != (
-                    entry[2],
-                    entry[3] if entry[2] else None,
-                ):
+                if c.old_present != entry[2] or (c.old_present and not same_value(c.old_value, entry[3])):
                     entry[4] = True  # someone else wrote it between two of the run's writes
                 entry[2:4] = [c.new_present, c.new_value]
         if rec.new_stage is not None:
@@ -117,7 +132,7 @@ class _Plan:
             # run's message is at its original position or earlier: look there, then downwards.
             found = None
             for i in range(min(index, len(log) - 1), -1, -1):
-                if i not in drop and (log[i] is message or log[i] == message):
+                if i not in drop and same_value(log[i], message):
                     found = i
                     break
             if found is None:
@@ -164,7 +179,7 @@ def _undo(plan: dict[str, list[Any]], into: Any, conflicts: list[str], what: str
             conflicts.append(f"{what} {key!r} was written by another writer between the run's writes")
             continue
         current = into.get(key, _ABSENT)
-        as_left = (current is not _ABSENT) == new_present and (not new_present or current == new)
+        as_left = (current is not _ABSENT) == new_present and (not new_present or same_value(current, new))
         if not as_left:
             conflicts.append(f"{what} {key!r} was changed by another writer since the run wrote it")
             continue

@@ -15,7 +15,7 @@ import logging
 from collections.abc import Callable
 
 from victor_actors._cell import ScopeCell
-from victor_actors._errors import RuntimeClosedError, ScopeAccessError
+from victor_actors._errors import CheckpointCorruptError, RuntimeClosedError, ScopeAccessError
 from victor_actors._kernel import Kernel
 from victor_actors._model import GLOBAL_REF, ScopeRef, StateScope
 from victor_actors._state import ScopeState
@@ -118,6 +118,14 @@ class ScopeTree:
                 if parent_cell is None:
                     raise ScopeAccessError(f"cannot create {ref}: its parent {parent_ref} does not exist")
                 lineage = (parent_ref, *parent_cell.state.lineage)
+            if kernel.store is not None and kernel.store.has_records(ref):
+                # its scope record is gone (damaged?) but its history is not: creating it afresh
+                # would start at version 0 and overwrite acknowledged commits
+                raise CheckpointCorruptError(
+                    f"the store holds commits or checkpoints of {ref} but no readable scope record for it; "
+                    "it was not created over them (inspect the store with victor-actors inspect)",
+                    ref=ref,
+                )
             self._create_record(ref, lineage)
             return self.start(ScopeState(ref=ref, lineage=lineage))
 
