@@ -143,7 +143,7 @@ class Durability:
     def need_writable_store(self, what: str) -> Store:
         store = self.need_store()
         if store.read_only:
-            raise ScopeAccessError(f"the manager is read-only and {what} writes to the store; nothing was done")
+            raise ScopeAccessError(f"the manager is read-only and {what} writes; nothing was done")
         return store
 
     def set_durability(self, cell: ScopeCell, mode: str) -> None:
