@@ -8,6 +8,7 @@ event to the event thread.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import queue
 import threading
@@ -37,6 +38,7 @@ __all__ = ["ActorHost", "Persist", "ScopeActor"]
 
 logger = logging.getLogger("victor_actors")
 _stack_lock = threading.Lock()
+_actor_numbers = itertools.count(1)
 
 
 # Makes a commit durable before it is published; raises if it cannot.
@@ -78,7 +80,13 @@ class ScopeActor(pykka.ThreadingActor):
     use_daemon_thread = True
 
     def __init__(self, cell: ScopeCell, host: ActorHost, persist: Persist | None = None) -> None:
-        super().__init__()
+        # pykka's own __init__ names every actor with uuid.uuid4(): a user's test that patches
+        # uuid4 (LangGraph's suite does) would see its ids consumed by our actors. Set the same
+        # three fields it sets, with a name drawn from a counter instead.
+        self.actor_urn = f"urn:victor-actors:{next(_actor_numbers)}:{cell.state.ref}"
+        self.actor_inbox = self._create_actor_inbox()
+        self.actor_stopped = threading.Event()
+        self._actor_ref = pykka.ActorRef(self)
         self._persist = persist
         self._host = host
         self._cell = cell

@@ -16,12 +16,18 @@ import attrs
 
 from victor_actors._actor import Persist
 from victor_actors._cell import ScopeCell
-from victor_actors._errors import CheckpointNotFoundError, ScopeAccessError, VictorActorsError
+from victor_actors._errors import (
+    CheckpointNotFoundError,
+    ScopeAccessError,
+    TransitionValidationError,
+    VictorActorsError,
+)
 from victor_actors._kernel import Kernel
 from victor_actors._messages import ApplyRequest
 from victor_actors._model import ScopeRef
 from victor_actors._options import DURABILITY_MODES
 from victor_actors._state import ContextSnapshot, ScopeState, StateChanged
+from victor_actors._values import check_text
 from victor_actors.store import CheckpointInfo, CheckpointRecord, CommitRecord, ScopeRecord, Store, TxnOp
 from victor_actors.store import checkpoint_id as _checkpoint_id
 
@@ -161,6 +167,11 @@ class Durability:
         store = self.need_store()
         if label is not None and not isinstance(label, str):
             raise TypeError("label must be a str")
+        if label is not None:
+            label = str.__str__(label)
+            why = check_text(label, "the label")
+            if why is not None:
+                raise TransitionValidationError(f"{why}; no checkpoint was written", field="label")
         state = cell.state
         record = CheckpointRecord(state, label, time.time())
         store.submit(

@@ -77,6 +77,11 @@ class EventBus:
         self._lock = threading.Lock()
         self.published = 0  # events handed to the thread so far
 
+    @property
+    def queued(self) -> int:
+        """Events waiting for the event thread (a slow subscriber shows here)."""
+        return self._queue.qsize()
+
     def barrier(self, timeout: float) -> bool:
         """Return once every event queued before the call was delivered; False on timeout."""
         if self._thread is None:

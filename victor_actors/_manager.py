@@ -205,39 +205,58 @@ class GlobalStateManager:
         """The application-wide scope."""
         return self._handle(self._tree.ensure(GLOBAL_REF, None))
 
-    def get_team_state(self, team_id: str) -> ScopeHandle:
-        """The scope shared by a team's agents (under global)."""
-        return self._handle(self._tree.ensure(ScopeRef(StateScope.TEAM, team_id), GLOBAL_REF))
+    def get_team_state(self, team_id: str, *, create: bool = True) -> ScopeHandle:
+        """The scope shared by a team's agents (under global), created on first use.
 
-    def get_workflow_state(self, workflow_id: str, team_id: str | None = None) -> ScopeHandle:
+        Raises:
+            ScopeAccessError: the team does not exist and ``create`` is False.
+        """
+        return self._handle(self._tree.ensure(ScopeRef(StateScope.TEAM, team_id), GLOBAL_REF, create=create))
+
+    def get_workflow_state(
+        self, workflow_id: str, team_id: str | None = None, *, create: bool = True
+    ) -> ScopeHandle:
         """A workflow's scope, under ``team_id``'s team or, without one, under global.
 
-        Without ``team_id`` an existing workflow is returned wherever it lives.
+        Without ``team_id`` an existing workflow is returned wherever it
+        lives, and a new one is created under global. With ``create=False``
+        nothing is created: a workflow (or team) that does not exist is a
+        :class:`ScopeAccessError`, so a mistyped id cannot start a new one.
         """
         ref = ScopeRef(StateScope.WORKFLOW, workflow_id)
         if team_id is None:
-            return self._handle(self._tree.ensure(ref, None))
-        team = self.get_team_state(team_id)
-        return self._handle(self._tree.ensure(ref, team.ref))
+            return self._handle(self._tree.ensure(ref, None, create=create))
+        team = self.get_team_state(team_id, create=create)
+        return self._handle(self._tree.ensure(ref, team.ref, create=create))
 
     def get_conversation_state(
-        self, session_id: str, workflow_id: str | None = None, team_id: str | None = None
+        self,
+        session_id: str,
+        workflow_id: str | None = None,
+        team_id: str | None = None,
+        *,
+        create: bool = True,
     ) -> ScopeHandle:
         """One agent's conversation: under the workflow if given, else the team, else global.
 
         With neither, an existing conversation is returned wherever it lives.
+        Ids are unique per level across the whole manager: a conversation id
+        taken under one workflow cannot be used under another. Missing
+        parents are created on the way, unless ``create=False``, which
+        creates nothing and refuses a scope (or parent) that does not exist.
 
         Raises:
-            ScopeAccessError: the conversation exists under another parent.
+            ScopeAccessError: the conversation exists under another parent,
+                or (``create=False``) it or a parent named does not exist.
         """
         ref = ScopeRef(StateScope.CONVERSATION, session_id)
         if workflow_id is not None:
-            parent: ScopeRef | None = self.get_workflow_state(workflow_id, team_id).ref
+            parent: ScopeRef | None = self.get_workflow_state(workflow_id, team_id, create=create).ref
         elif team_id is not None:
-            parent = self.get_team_state(team_id).ref
+            parent = self.get_team_state(team_id, create=create).ref
         else:
             parent = None
-        return self._handle(self._tree.ensure(ref, parent))
+        return self._handle(self._tree.ensure(ref, parent, create=create))
 
     def scope(self, ref: ScopeRef | str) -> ScopeHandle:
         """The handle of an existing scope.

@@ -27,9 +27,9 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import secrets
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterable, Mapping
 from contextvars import ContextVar
 from typing import Any, Protocol, TypeVar
@@ -38,13 +38,14 @@ import attrs
 
 from victor_actors._cell import ScopeCell
 from victor_actors._context import RUN_ID
-from victor_actors._errors import DeadlineExceededError
+from victor_actors._errors import DeadlineExceededError, TransitionValidationError
 from victor_actors._events import Subscription
 from victor_actors._kernel import Kernel
 from victor_actors._messages import ApplyRequest
 from victor_actors._model import ScopeRef
 from victor_actors._rollback import RollbackReport, RunFailedError, RunTimeoutError, ScopeRollback
 from victor_actors._state import MessageLog, ScopeState, StateChanged
+from victor_actors._values import check_text
 
 
 class Subscribable(Protocol):
@@ -202,7 +203,11 @@ class Run:
         self._kernel = kernel
         self._resolve = resolve
         self.session_id = session_id
-        self.id = f"{session_id}:{uuid.uuid4().hex[:12]}"
+        if session_id.__class__ is not str or not session_id or check_text(session_id, "") is not None:
+            raise TransitionValidationError(
+                f"a run's session id must be a non-empty str that UTF-8 can encode, not {session_id!r}"
+            )
+        self.id = f"{session_id}:{secrets.token_hex(6)}"  # not uuid4: a test may patch that
         self.timeout = timeout
         self.started = time.monotonic()
         self.deadline = self.started + timeout

@@ -185,6 +185,8 @@ class Runtime:
             "failures": supervisor.failures,
             "restarts": supervisor.restarts,
             "escalations": supervisor.escalations,
+            "events_published": self.kernel.bus.published,
+            "events_queued": self.kernel.bus.queued,
             "store_commits": 0 if store is None else store.commits,
             "store_transactions": 0 if store is None else store.transactions,
         }

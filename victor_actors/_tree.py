@@ -78,15 +78,16 @@ class ScopeTree:
 
     # -- creation ---------------------------------------------------------------
 
-    def ensure(self, ref: ScopeRef, parent: ScopeRef | None) -> ScopeCell:
-        """The cell of ``ref``, created under ``parent`` if it does not exist.
+    def ensure(self, ref: ScopeRef, parent: ScopeRef | None, *, create: bool = True) -> ScopeCell:
+        """The cell of ``ref``, created under ``parent`` if it does not exist (and ``create``).
 
         ``parent=None`` means "any parent" for an existing scope and the
         global scope for a new one.
 
         Raises:
             ScopeAccessError: ``ref`` exists under another parent, or the
-                parent does not exist, or the manager is read-only.
+                parent does not exist, or the manager is read-only, or
+                ``ref`` does not exist and ``create`` is False.
         """
         kernel = self.kernel
         cell = kernel.cells.get(ref)
@@ -105,6 +106,8 @@ class ScopeTree:
                         "a scope keeps the parent it was created under"
                     )
                 return cell
+            if not create:
+                raise ScopeAccessError(f"no scope {ref} exists, and create=False: nothing was created")
             if kernel.read_only:
                 raise ScopeAccessError(f"no scope {ref} in the store, and a read-only manager creates none")
             claimed = self._reserved.get(ref)

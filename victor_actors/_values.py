@@ -36,6 +36,7 @@ def check_text(text: str, what: str) -> str | None:
     where = f"{found.group()!r} at index {found.start()}"
     return f"{what} holds a lone surrogate ({where}), which UTF-8 cannot encode"
 
+
 # Types users taught us to store, with the function that turns an instance
 # into storable primitives. The result is frozen like any other value; the
 # original type is not recorded, so reading it back gives the primitives.

@@ -541,6 +541,7 @@ def _isolation_problems(rec: Recorder, refs: list[ScopeRef]) -> list[str]:
         return f"no recorded request {verb} it anywhere"
 
     problems: list[str] = []
+    flagged: set[tuple[ScopeRef, str, Hashable]] = set()  # reported as never sent: not twice
     for ref in refs:
         snap = rec.manager.scope(ref).snapshot()
         base = baselines.get(ref)
@@ -559,6 +560,7 @@ def _isolation_problems(rec: Recorder, refs: list[ScopeRef]) -> list[str]:
             if allowed[mkey] > 0:
                 allowed[mkey] -= 1
                 continue
+            flagged.add((ref, "message", mkey))
             problems.append(
                 f"{ref} holds message {_short(message)} at index {index}, which no request sent to "
                 f"{ref} carried (or not that many times); {elsewhere(sent_to.get(mkey), ref, 'sent')}"
@@ -569,30 +571,60 @@ def _isolation_problems(rec: Recorder, refs: list[ScopeRef]) -> list[str]:
                 continue
             if any(v == value for v in writes.get(key, ())):
                 continue
+            flagged.add((ref, "key", (key, _hkey(value))))
             problems.append(
                 f"{ref} holds key {key!r} = {_short(value, 60)}, which no request sent to {ref} wrote; "
                 f"{elsewhere(written_to.get(key), ref, 'written')}"
             )
+    # Data of one conversation copied into another through a request is a leak too: the request
+    # explains how it got there, not that it belongs there. Same rule as the by-value check.
+    for problem, (ref, what, item) in _shared_values(rec.manager, refs, same_object=True):
+        if (ref, what, item) not in flagged:
+            problems.append(f"{problem} (it came through a request sent to {ref}: copied from there?)")
     return problems
+
+
+def _shared_values(
+    manager: GlobalStateManager, refs: list[ScopeRef], *, same_object: bool = False
+) -> list[tuple[str, tuple[ScopeRef, str, Hashable]]]:
+    """Messages and (key, value) pairs that more than one of ``refs`` holds, after the first holder.
+
+    With ``same_object``, only structured values (mappings, sequences) held as the very same
+    object count: what a request copied out of one conversation's snapshot into another. Two
+    conversations that were each sent an equal message hold two different objects.
+    """
+    found: list[tuple[str, tuple[ScopeRef, str, Hashable]]] = []
+    first_holder: dict[Hashable, ScopeRef] = {}
+    pair_holder: dict[tuple[str, Hashable], ScopeRef] = {}
+    snaps = [(ref, manager.scope(ref).snapshot()) for ref in refs]  # keeps every object alive meanwhile
+
+    def ident(value: Any) -> Hashable | None:
+        if not same_object:
+            return _hkey(value)
+        return id(value) if value.__class__ in (FrozenDict, tuple) and value else None
+
+    for ref, snap in snaps:
+        for index, message in enumerate(snap.messages):
+            key = ident(message)
+            if key is None:
+                continue
+            holder = first_holder.setdefault(key, ref)
+            if holder != ref:
+                text = f"{ref} holds message {_short(message)} at index {index}, as {holder} does"
+                found.append((text, (ref, "message", _hkey(message))))
+        for k, value in snap.state.items():
+            vkey = ident(value)
+            if vkey is None:
+                continue
+            holder = pair_holder.setdefault((k, vkey), ref)
+            if holder != ref:
+                text = f"{ref} holds key {k!r} = {_short(value, 60)}, as {holder} does"
+                found.append((text, (ref, "key", (k, _hkey(value)))))
+    return found
 
 
 def _isolation_by_value(manager: GlobalStateManager, refs: list[ScopeRef]) -> list[str]:
-    snaps = {ref: manager.scope(ref).snapshot() for ref in refs}
-    problems: list[str] = []
-    first_holder: dict[Hashable, ScopeRef] = {}
-    pair_holder: dict[tuple[str, Hashable], ScopeRef] = {}
-    for ref, snap in snaps.items():
-        for index, message in enumerate(snap.messages):
-            key = _hkey(message)
-            holder = first_holder.setdefault(key, ref)
-            if holder != ref:
-                problems.append(f"{ref} holds message {_short(message)} at index {index}, as {holder} does")
-        for k, value in snap.state.items():
-            pair = (k, _hkey(value))
-            holder = pair_holder.setdefault(pair, ref)
-            if holder != ref:
-                problems.append(f"{ref} holds key {k!r} = {_short(value, 60)}, as {holder} does")
-    return problems
+    return [text for text, _item in _shared_values(manager, refs)]
 
 
 # -- assert_no_partial_batch ----------------------------------------------------------------------
