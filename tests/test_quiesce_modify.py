@@ -588,27 +588,19 @@ def test_quiesce_on_a_quiet_runtime_returns(manager: GlobalStateManager, mode: M
     assert manager.stats()["commits"] == 20
 
 
-# -- runtime bugs found while writing these tests (strict xfail: they pass once fixed) ------------
+# -- runtime bugs found while writing these tests (both failed before their fixes) ---------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: quiesce(0) raises 'still busy' on a quiet runtime; its barriers get no time to be "
-    "answered (pykka Future.get(timeout=0) gives up at once)",
-)
 def test_quiesce_with_no_time_left_on_a_quiet_runtime_returns(manager: GlobalStateManager) -> None:
+    """Before the fix quiesce(0) raised "still busy": its barriers got no time to be answered."""
     for i in range(5):
         manager.get_conversation_state(f"c{i}").set("k", 1)
     manager.quiesce(1.0)  # quiet now, by quiesce's own account
     manager.quiesce(0.0)  # so a check with no time to spare should find it quiet too
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: quiesce called from a subscriber (or a tool, or a fault inside an actor) waits for "
-    "itself until its timeout, then blames a busy runtime, instead of failing at once",
-)
 def test_quiesce_from_inside_a_subscriber_fails_at_once(manager: GlobalStateManager) -> None:
+    """Before the fix it waited for itself until its timeout, then blamed a busy runtime."""
     conv = manager.get_conversation_state("c")
     outcome: list[tuple[type[BaseException] | None, float]] = []
 
@@ -626,3 +618,28 @@ def test_quiesce_from_inside_a_subscriber_fails_at_once(manager: GlobalStateMana
     ((error, elapsed),) = outcome
     assert error is not None and error is not DeadlineExceededError  # a clear "called from inside"
     assert elapsed < 0.5  # at once, not at its timeout
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_quiesce_from_inside_a_tool_executor_fails_at_once(manager: GlobalStateManager, kind: str) -> None:
+    """Like the subscriber case: a tool that waits for the runtime to be quiet waits for itself."""
+    outcome: list[type[BaseException] | None] = []
+
+    def tool(call: ToolCall) -> str:
+        try:
+            manager.quiesce(2.0)
+            outcome.append(None)
+        except Exception as exc:
+            outcome.append(type(exc))
+        return "done"
+
+    async def atool(call: ToolCall) -> str:
+        return tool(call)
+
+    manager.register_tool("t", tool if kind == "sync" else atool)
+    conv = manager.get_conversation_state("c")
+    started = time.monotonic()
+    conv.apply(TransitionBatch().execute_tool("t", {}))
+    manager.quiesce(5.0)
+    assert outcome and outcome[0] is not None and outcome[0] is not DeadlineExceededError
+    assert time.monotonic() - started < 1.5

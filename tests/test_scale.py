@@ -24,7 +24,7 @@ from victor_actors import (
 def _live(handle: object) -> bool:
     """Whether the scope has a live actor. No public accessor says so per scope (stats() counts
     them); this is the one private read left here, kept in one place."""
-    return handle._cell.actor is not None  # type: ignore[attr-defined]
+    return handle.is_live
 
 
 @pytest.mark.parametrize("durable", [False, True])
@@ -81,16 +81,15 @@ def test_a_scope_in_a_run_or_with_pending_tools_is_not_passivated() -> None:
         other = m.get_conversation_state("o")
         tools = m.get_conversation_state("t")
         tools.apply(TransitionBatch().execute_tool("nobody_runs_this", {}))
-        m.passivator.idle_timeout = 0.0
         with m.run("c", timeout=10) as _run:
             conv.set("k", 1)
-            # No wait needed: the actor marks itself idle before it replies, and with idle_timeout
-            # 0.0 any scope not in a message is idle "for longer than" it by the time we sweep.
-            m.passivate_idle()
+            # No wait needed: the actor marks itself idle before it replies, and with idle_for=0
+            # any scope not in a message is idle "for longer than" that by the time we sweep.
+            m.passivate_idle(0)
             assert _live(conv)  # the run is still going
             assert not _live(other)  # an idle scope outside the run was passivated
         assert _live(tools)  # a pending tool request keeps its scope live
-        m.passivate_idle()
+        m.passivate_idle(0)
         assert not _live(conv)
 
 

@@ -35,6 +35,7 @@ from victor_actors.testing import (
     assert_isolated,
     assert_no_partial_batch,
 )
+from victor_actors.testing._hooks import kernel_of  # the kit's own tests look at the observer slot
 
 TEAM = ScopeRef("team", "t")
 WORKFLOW = ScopeRef("workflow", "wf")
@@ -229,7 +230,7 @@ def test_recorder_clear_detach_and_context_manager(state_manager: GlobalStateMan
         baseline = rec.baseline(conv)
         assert baseline is not None and baseline.version == 1  # the state when cleared
         conv.add_message("two")
-    assert not rec.attached and state_manager._observer is None
+    assert not rec.attached and kernel_of(state_manager).observer is None
     assert_isolated(rec, conv)  # "one" is in the baseline, "two" was recorded
     assert_commit_order(rec)
     conv.add_message("three")  # not recorded: the recorder cannot vouch for it
@@ -246,10 +247,10 @@ def test_recorders_stack_and_detach_in_any_order(state_manager: GlobalStateManag
     conv.add_message("both see this")
     assert len(first.published(conv)) == len(second.published(conv)) == 1
     second.detach()
-    assert state_manager._observer == first.observe
+    assert kernel_of(state_manager).observer == first.observe
     conv.add_message("only the first")
     first.detach()
-    assert state_manager._observer is None
+    assert kernel_of(state_manager).observer is None
     assert (len(first.published(conv)), len(second.published(conv))) == (2, 1)
 
 

@@ -30,7 +30,6 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import attrs
 
-from victor_actors._crossscope import split_by_scope
 from victor_actors._errors import VersionConflictError, VictorActorsError
 from victor_actors._model import CoordinatorResult, TransitionBatch
 from victor_actors._state import ContextSnapshot, StateChanged
@@ -206,10 +205,7 @@ class CoordinatorRunner:
         versions = snapshot.versions()
         if self.validate_reads:
             return dict(versions)
-        written = {snapshot.ref}
-        parts = split_by_scope(handle, result.transitions.freeze())
-        if parts is not None:
-            written.update(parts)
+        written = handle.written_scopes(result.transitions)
         return {ref: v for ref, v in versions.items() if ref in written}
 
     # -- the loop -----------------------------------------------------------

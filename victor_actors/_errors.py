@@ -5,11 +5,6 @@ Every message says what was wrong and what was left unchanged.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from victor_actors._model import ScopeRef
-
 __all__ = [
     "BackpressureError",
     "CheckpointCorruptError",
@@ -68,10 +63,13 @@ class TransitionValidationError(VictorActorsError, ValueError):
 class VersionConflictError(VictorActorsError):
     """``expected_version`` did not match the scope's current version.
 
-    Nothing was applied. ``current_version`` is the version the scope holds.
+    Nothing was applied. ``ref`` is the scope's ``ScopeRef``,
+    ``expected_version`` the version the caller named and ``current_version``
+    the version the scope holds. (This module sits below the model, so
+    ``ref`` is typed ``object`` here.)
     """
 
-    def __init__(self, ref: ScopeRef, expected: int, current: int) -> None:
+    def __init__(self, ref: object, expected: int, current: int) -> None:
         super().__init__(
             f"{ref}: expected version {expected} but the scope is at version {current}; nothing was applied"
         )

@@ -16,7 +16,6 @@ from collections.abc import Callable
 from typing import Any
 
 from victor_actors._context import RUN_ID
-from victor_actors._state import StateChanged
 
 __all__ = ["EventBus", "Subscription"]
 
@@ -31,7 +30,7 @@ class Subscription:
     __slots__ = ("_callback", "_closed", "_on_close", "ref")
 
     def __init__(
-        self, ref: Any, callback: Callable[[StateChanged], object], on_close: Callable[[Subscription], None]
+        self, ref: Any, callback: Callable[[Any], object], on_close: Callable[[Subscription], None]
     ) -> None:
         self.ref = ref
         self._callback = callback
@@ -54,7 +53,7 @@ class Subscription:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def deliver(self, event: StateChanged) -> None:
+    def deliver(self, event: Any) -> None:
         if self._closed:
             return
         run_id = getattr(event, "run_id", None)
@@ -78,6 +77,16 @@ class EventBus:
         self._lock = threading.Lock()
         self.published = 0  # events handed to the thread so far
 
+    @property
+    def thread(self) -> threading.Thread | None:
+        """The event thread, once started."""
+        return self._thread
+
+    @property
+    def queued(self) -> int:
+        """Events waiting for the event thread (a slow subscriber shows here)."""
+        return self._queue.qsize()
+
     def barrier(self, timeout: float) -> bool:
         """Return once every event queued before the call was delivered; False on timeout."""
         if self._thread is None:
@@ -86,7 +95,8 @@ class EventBus:
         self._queue.put(reached)
         return reached.wait(timeout)
 
-    def publish(self, subscribers: tuple[Subscription, ...], event: StateChanged) -> None:
+    def publish(self, subscribers: tuple[Subscription, ...], event: Any) -> None:
+        """Queue ``event`` (a commit's ``StateChanged``, or a supervision event) for ``subscribers``."""
         if self._thread is None:
             self._start()
         self.published += 1

@@ -5,22 +5,18 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-import pykka
-
-from victor_actors._actor import ApplyRequest, AsyncReply, ScopeCell, mailbox_depth
-from victor_actors._crossscope import apply_across, expected_for, split_by_scope, transact
+from victor_actors._cell import ScopeCell
 from victor_actors._errors import (
-    BackpressureError,
     DeadlineExceededError,
-    RuntimeClosedError,
     ScopeAccessError,
-    ScopeFailedError,
     TransitionValidationError,
     VersionConflictError,
 )
 from victor_actors._events import Subscription
+from victor_actors._kernel import Kernel
+from victor_actors._messages import ApplyRequest, AsyncReply
 from victor_actors._model import (
     CoordinatorResult,
     ScopeRef,
@@ -32,10 +28,8 @@ from victor_actors._model import (
 from victor_actors._runs import CURRENT_RUN, run_bound_deadline
 from victor_actors._state import ContextSnapshot, StateChanged
 from victor_actors._twins import Step, StepGen, adrive, drive
-from victor_actors._values import thaw
-
-if TYPE_CHECKING:
-    from victor_actors._manager import GlobalStateManager
+from victor_actors._txn import apply_across, expected_for, split_by_scope, transact
+from victor_actors._values import FrozenDict, thaw
 
 __all__ = ["BatchLike", "ScopeHandle"]
 
@@ -45,22 +39,40 @@ Parts = dict[ScopeRef, tuple[list[StateTransition], list[int]]] | None
 
 
 def _transitions(batch: BatchLike) -> tuple[StateTransition, ...]:
+    """The transitions ``apply`` captures from what it was given, each checked: garbage is refused here."""
     if isinstance(batch, TransitionBatch):
         ts = batch.transitions
-        for t in ts:
-            if t.transition_type is TransitionType.BATCH:
-                return batch.freeze()
-        return tuple(ts)
-    if isinstance(batch, CoordinatorResult):
-        return batch.transitions.freeze()
-    if isinstance(batch, StateTransition):
-        return tuple(batch.flatten())
-    if isinstance(batch, Iterable) and not isinstance(batch, (str, bytes, Mapping)):
-        return TransitionBatch(batch).freeze()
-    raise TransitionValidationError(
-        f"apply takes a TransitionBatch, a StateTransition, a CoordinatorResult or "
-        f"transitions, not {type(batch).__name__}"
-    )
+        if ts.__class__ is not list:
+            raise TransitionValidationError(
+                f"TransitionBatch.transitions must be a list of StateTransition, not {type(ts).__name__}; "
+                "nothing was applied",
+                field="transitions",
+            )
+        captured = tuple(ts)
+        if any(
+            t.__class__ is StateTransition and t.transition_type is TransitionType.BATCH for t in captured
+        ):
+            captured = TransitionBatch(captured).freeze()
+    elif isinstance(batch, CoordinatorResult):
+        return _transitions(batch.transitions)
+    elif isinstance(batch, StateTransition):
+        captured = tuple(batch.flatten())
+    elif isinstance(batch, Iterable) and not isinstance(batch, (str, bytes, Mapping)):
+        captured = TransitionBatch(batch).freeze()
+    else:
+        raise TransitionValidationError(
+            f"apply takes a TransitionBatch, a StateTransition, a CoordinatorResult or "
+            f"transitions, not {type(batch).__name__}"
+        )
+    for index, t in enumerate(captured):
+        if t.__class__ is not StateTransition or t.data.__class__ is not FrozenDict:
+            raise TransitionValidationError(
+                f"item {index} of the batch is a {type(t).__name__}, not a StateTransition made by the "
+                "batch's builders; nothing was applied",
+                index=index,
+                field="transitions",
+            )
+    return captured
 
 
 class ScopeHandle:
@@ -76,76 +88,12 @@ class ScopeHandle:
     not applied and raises :class:`DeadlineExceededError`.
     """
 
-    __slots__ = ("_ancestor_cells", "_cell", "_manager", "ref")
+    __slots__ = ("_cell", "_kernel", "ref")
 
-    def __init__(
-        self,
-        manager: GlobalStateManager,
-        ref: ScopeRef,
-        cell: ScopeCell,
-        ancestor_cells: tuple[ScopeCell, ...],
-    ) -> None:
-        self._manager = manager
-        self.ref = ref
+    def __init__(self, kernel: Kernel, cell: ScopeCell) -> None:
+        self._kernel = kernel
         self._cell = cell
-        self._ancestor_cells = ancestor_cells
-
-    # -- the mailbox ---------------------------------------------------------
-
-    def _try_send(self, message: Any, ask: bool) -> tuple[bool, Any]:
-        """Put ``message`` in the live actor's mailbox (activating a passivated scope).
-
-        Returns (False, None) when the mailbox is at its bound.
-        """
-        cell = self._cell
-        manager = self._manager
-        activated = False
-        try:
-            with cell.lock:
-                actor = cell.actor
-                if actor is None:
-                    actor = manager._activate(cell)
-                    activated = True
-                bound = manager.mailbox_size
-                if bound is not None and mailbox_depth(actor) >= bound:
-                    return False, None
-                if ask:
-                    return True, actor.ask(message, block=False)
-                actor.tell(message)
-                return True, None
-        finally:
-            if activated:
-                manager.passivator.after_activation()  # keep the live-actor cap, outside the lock
-
-    def _full(self, deadline: float) -> float:
-        """The mailbox is full: raise, or say how long to wait before trying again."""
-        manager = self._manager
-        if manager.backpressure == "reject":
-            raise BackpressureError(
-                f"{self.ref}'s mailbox holds {manager.mailbox_size} requests; nothing was applied"
-            )
-        if time.monotonic() >= deadline:
-            raise BackpressureError(
-                f"{self.ref}'s mailbox stayed full ({manager.mailbox_size}) until the request's deadline; "
-                "nothing was applied"
-            )
-        return 0.001
-
-    def _tell(self, message: Any, deadline: float | None = None) -> None:
-        end = time.monotonic() + self._manager.request_timeout if deadline is None else deadline
-        while True:
-            sent, _ = self._try_send(message, False)
-            if sent:
-                return
-            time.sleep(self._full(end))
-
-    def _ask(self, message: Any, timeout: float) -> Any:
-        end = time.monotonic() + timeout
-        while True:
-            sent, future = self._try_send(message, True)
-            if sent:
-                return future.get(timeout=max(end - time.monotonic(), 0.0))
-            time.sleep(self._full(end))
+        self.ref = cell.state.ref
 
     def __repr__(self) -> str:
         return f"<ScopeHandle {self.ref} v{self._cell.state.version}>"
@@ -155,6 +103,11 @@ class ScopeHandle:
     @property
     def parent(self) -> ScopeRef | None:
         return self._cell.state.parent
+
+    @property
+    def is_live(self) -> bool:
+        """Whether the scope's actor is running now (False: passivated; the next request restarts it)."""
+        return self._cell.actor is not None
 
     @property
     def version(self) -> int:
@@ -167,10 +120,10 @@ class ScopeHandle:
         It reflects every commit acknowledged before the call, and never
         changes afterwards.
         """
-        cells = self._ancestor_cells
+        cells = self._cell.ancestors
         if not cells:
             return ContextSnapshot(self._cell.state)
-        with self._manager._publish_lock:
+        with self._kernel.publish_lock:
             return ContextSnapshot(self._cell.state, tuple(c.state for c in cells))
 
     async def asnapshot(self) -> ContextSnapshot:
@@ -189,18 +142,17 @@ class ScopeHandle:
     def _request(
         self, batch: BatchLike, expected_version: Expected, timeout: float | None, reply: AsyncReply | None
     ) -> tuple[ApplyRequest, float, Parts]:
-        manager = self._manager
-        if manager._closed:
-            raise RuntimeClosedError(f"the manager is closed; {self.ref} takes no requests")
-        if manager.read_only:
+        kernel = self._kernel
+        kernel.check_open(self.ref)
+        if kernel.read_only:
             raise ScopeAccessError(f"the manager is read-only; {self.ref} takes no batches")
         transitions = _transitions(batch)
-        parts = split_by_scope(self, transitions)
+        parts = split_by_scope(self._cell, transitions)
         if expected_version is not None and not isinstance(expected_version, int):
             parts = self._checked_scopes(expected_version, transitions, parts)
             if parts is None:
                 expected_version = expected_for(expected_version, self.ref, self.ref)
-        wait = manager.request_timeout if timeout is None else timeout
+        wait = kernel.options.request_timeout if timeout is None else timeout
         run = CURRENT_RUN.get()
         deadline = time.monotonic() + wait
         run_id = None
@@ -282,17 +234,16 @@ class ScopeHandle:
         """
         req, wait, parts = self._request(batch, expected_version, timeout, None)
         if parts is not None:
-            return self._ran(apply_across(self, parts, expected_version, req.deadline or 0.0, req.run_id))
+            return self._ran(
+                apply_across(
+                    self._kernel, self._cell, parts, expected_version, req.deadline or 0.0, req.run_id
+                )
+            )
         try:
-            record: StateChanged = self._ask(req, wait)
-        except pykka.Timeout:
-            self._unanswered(req)
-            raise DeadlineExceededError(
-                f"{self.ref}: no reply within {wait} s; the request may still be applied, "
-                "read the scope's version to tell"
-            ) from None
-        except pykka.ActorDeadError:
-            raise self._dead() from None
+            record: StateChanged = self._kernel.ask(self._cell, req, wait)
+        except DeadlineExceededError:
+            self._unanswered(req)  # it may still commit: a run must look here when it rolls back
+            raise
         return self._ran(record) if req.run_id is not None else record
 
     async def aapply(
@@ -306,17 +257,10 @@ class ScopeHandle:
             run = CURRENT_RUN.get()
             call = _tracked(run, parts, apply_across)
             record = await asyncio.to_thread(
-                call, self, parts, expected_version, req.deadline or 0.0, req.run_id
+                call, self._kernel, self._cell, parts, expected_version, req.deadline or 0.0, req.run_id
             )
             return self._ran(record)
-        try:
-            while True:
-                sent, _ = self._try_send(req, False)
-                if sent:
-                    break
-                await asyncio.sleep(self._full(req.deadline or 0.0))
-        except pykka.ActorDeadError:
-            raise self._dead() from None
+        await self._kernel.asend(self._cell, req, req.deadline or 0.0)
         # A plain timer is cheaper than asyncio.timeout() on this hot path.
         timer = loop.call_later(wait, _expire, future, self.ref, wait)
         try:
@@ -355,10 +299,21 @@ class ScopeHandle:
         self, snapshot: ContextSnapshot, transitions: tuple[StateTransition, ...]
     ) -> int | dict[ScopeRef, int]:
         """The snapshot's versions of the scopes ``transitions`` write (this one, and any ancestor)."""
-        parts = split_by_scope(self, transitions)
+        parts = split_by_scope(self._cell, transitions)
         if parts is None:
             return snapshot.version
         return {ref: v for ref, v in snapshot.versions().items() if ref in parts}
+
+    def written_scopes(self, batch: BatchLike) -> frozenset[ScopeRef]:
+        """The scopes ``batch`` would write if applied here: this one, and each ancestor it targets.
+
+        Raises:
+            ScopeAccessError: a transition targets a scope that is neither
+                this one nor an ancestor.
+            TransitionValidationError: ``batch`` is not a batch.
+        """
+        parts = split_by_scope(self._cell, _transitions(batch))
+        return frozenset((self.ref,) if parts is None else (self.ref, *parts))
 
     def modify(
         self,
@@ -419,14 +374,17 @@ class ScopeHandle:
                 ancestor, or the batch writes a scope that was not locked.
             DeadlineExceededError, ScopeFailedError: as for :meth:`apply`.
         """
-        manager = self._manager
-        if manager._closed:
-            raise RuntimeClosedError(f"the manager is closed; {self.ref} takes no requests")
+        kernel = self._kernel
+        kernel.check_open(self.ref)
+        if kernel.read_only:
+            raise ScopeAccessError(f"the manager is read-only; {self.ref} takes no batches")
         refs = self._lock_refs(lock)
-        wait = manager.request_timeout if timeout is None else timeout
+        wait = kernel.options.request_timeout if timeout is None else timeout
         deadline = run_bound_deadline(time.monotonic() + wait)
         run = CURRENT_RUN.get()
-        record = transact(self, fn, refs, deadline, _transitions, None if run is None else run.id)
+        record = transact(
+            kernel, self._cell, fn, refs, deadline, _transitions, None if run is None else run.id
+        )
         return self._ran(record)
 
     async def atransact(
@@ -463,11 +421,6 @@ class ScopeHandle:
                 raise ScopeAccessError(f"transact can lock only {self.ref} and its ancestors, not {item!r}")
             out.append(ref)
         return tuple(out)
-
-    def _dead(self) -> Exception:
-        if self._manager._closed:
-            return RuntimeClosedError(f"the manager is closed; {self.ref} takes no requests")
-        return ScopeFailedError(f"{self.ref}'s actor is not running; nothing was applied")
 
     def update(
         self, values: Mapping[str, Any], *, expected_version: Expected = None, timeout: float | None = None
@@ -509,7 +462,7 @@ class ScopeHandle:
         """
         if not callable(callback):
             raise TypeError("subscribe takes a callable")
-        return self._manager._subscribe(self._cell, self.ref, callback)
+        return self._kernel.subscribe(self._cell, callback)
 
 
 def _tracked(

@@ -1,58 +1,55 @@
-"""GlobalStateManager: the facade orchestrators use to reach scope actors."""
+"""GlobalStateManager: the facade orchestrators use to reach scope actors.
+
+A thin facade over the runtime (``_runtime.py``): it turns the user's calls
+into lookups in the scope tree, requests to the kernel and calls on the
+services, and hands out :class:`ScopeHandle` objects. The handle and the
+manager are the only two modules that know each other.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import atexit
-import itertools
-import logging
 import os
 import threading
 import time
 import warnings
 import weakref
 from collections.abc import Callable
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Unpack
 
-import pykka
-
-from victor_actors._actor import Barrier, RestartRequest, ScopeActor, ScopeCell, mailbox_depth
-from victor_actors._checkpoints import DURABILITY_MODES, CheckpointsMixin
-from victor_actors._errors import DeadlineExceededError, RuntimeClosedError, ScopeAccessError
-from victor_actors._events import EventBus, Subscription
+from victor_actors._cell import Observer, ScopeCell
+from victor_actors._errors import ScopeAccessError
+from victor_actors._events import Subscription
 from victor_actors._handle import ScopeHandle
-from victor_actors._model import GLOBAL_REF, ScopeRef, StateScope
-from victor_actors._passivation import Passivator
-from victor_actors._runs import Run, RunContext
-from victor_actors._state import ScopeState, StateChanged
-from victor_actors._supervision import SupervisionEvent, SupervisionPolicy, Supervisor
+from victor_actors._messages import ApplyRequest, RestartRequest
+from victor_actors._model import GLOBAL_REF, ScopeRef, StateScope, TransitionBatch
+from victor_actors._options import DURABILITY_MODES, OptionArgs, Options, Strategy
+from victor_actors._runs import RunContext
+from victor_actors._runtime import Runtime
+from victor_actors._state import ContextSnapshot, StateChanged
+from victor_actors._supervision import SupervisionEvent, SupervisionPolicy
 from victor_actors._tools import ToolDispatcher
-from victor_actors.store import RecoveryReport, Store
-from victor_actors.store._codec import Codec, ScopeRecord
-
-logger = logging.getLogger("victor_actors")
+from victor_actors.store import CheckpointInfo, Codec, RecoveryReport, Store
 
 __all__ = ["GlobalStateManager"]
 
 _open_managers: weakref.WeakSet[GlobalStateManager] = weakref.WeakSet()
-_manager_ids = itertools.count(1)
 
 
-class _Entry:
-    __slots__ = ("cell", "handle")
-
-    def __init__(self, cell: ScopeCell, handle: ScopeHandle) -> None:
-        self.cell = cell
-        self.handle = handle
-
-
-class GlobalStateManager(CheckpointsMixin):
+class GlobalStateManager:
     """One entry point for every scope: global, teams, workflows, conversations.
 
     Each scope instance is owned by one actor, created on first use under
     its parent (a team under global; a workflow under a team or global; a
     conversation under a workflow, a team or global). Handles returned by
     the ``get_*_state`` methods talk to those actors.
+
+    Options (``request_timeout``, ``durability``, ``checkpoint_every``,
+    ``keep_checkpoints``, ``idle_timeout``, ``max_live_actors``,
+    ``mailbox_size``, ``backpressure``) are described on
+    :class:`victor_actors.lowlevel.Options`; a value out of range raises
+    ``ValueError`` and an unknown name ``TypeError``, before anything starts.
 
     The manager's threads are daemon threads and an exit hook closes any
     manager left open, so a program that never calls :meth:`close` still
@@ -65,71 +62,17 @@ class GlobalStateManager(CheckpointsMixin):
     def __init__(
         self,
         *,
-        request_timeout: float = 5.0,
         store: Store | None = None,
-        durability: str = "sync",
-        checkpoint_every: int = 100,
-        keep_checkpoints: int = 3,
         supervision: SupervisionPolicy | None = None,
-        idle_timeout: float | None = None,
-        max_live_actors: int | None = None,
-        mailbox_size: int | None = None,
-        backpressure: str = "wait",
+        **options: Unpack[OptionArgs],
     ) -> None:
-        if not request_timeout > 0:
-            raise ValueError("request_timeout must be positive")
-        if durability not in DURABILITY_MODES:
-            raise ValueError(f"durability must be one of {DURABILITY_MODES}, not {durability!r}")
-        if checkpoint_every < 1 or keep_checkpoints < 1:
-            raise ValueError("checkpoint_every and keep_checkpoints must be at least 1")
-        if backpressure not in ("wait", "reject"):
-            raise ValueError(f"backpressure must be 'wait' or 'reject', not {backpressure!r}")
-        if mailbox_size is not None and mailbox_size < 1:
-            raise ValueError("mailbox_size must be at least 1 (or None)")
-        self.request_timeout = float(request_timeout)
-        self.mailbox_size = mailbox_size
-        self.backpressure = backpressure
-        self._store = store
-        self.durability = durability if store is not None else "memory"
-        self.checkpoint_every = checkpoint_every
-        self.keep_checkpoints = keep_checkpoints
-        self.recovery_reports: list[RecoveryReport] = []
-        self._closed = False
-        self._lock = threading.RLock()
-        self._scopes: dict[ScopeRef, _Entry] = {}
-        self._reserved: dict[ScopeRef, ScopeRef] = {}  # session ids claimed by a commit in flight
-        self._children: dict[ScopeRef | None, list[ScopeRef]] = {}  # in creation order
-        self._supervision_subs: tuple[Subscription, ...] = ()
-        self.tools = ToolDispatcher(self)
-        self._observer: Callable[[str, ScopeRef, Any], None] | None = None
-        self._active_runs: dict[str, Run] = {}
-        self.passivator = Passivator(
-            self._spawn,
-            lambda: [e.cell for e in list(self._scopes.values())],
-            self._busy_refs,
-            self._flush_for_passivation,
-            lambda: self._closed,
-            idle_timeout=idle_timeout,
-            max_live_actors=max_live_actors,
-        )
-        self.supervisor = Supervisor(
-            children=lambda ref: list(self._children.get(ref, ())),
-            parent=lambda ref: self._scopes[ref].cell.state.parent if ref in self._scopes else None,
-            restart=self._restart_request,
-            give_up=self._give_up,
-            publish=self._publish_supervision,
-            default=supervision,
-        )
-        name = f"victor-actors-{next(_manager_ids)}"
-        self._bus = EventBus(name)
-        # Commit ids: unique per process and manager; next() on a count is atomic.
-        self._commit_prefix = f"{os.getpid():x}.{next(_manager_ids):x}"
-        self._commit_counter = itertools.count(1)
-        # Held while a cross-scope commit publishes its states, and by snapshots reading several
-        # scopes, so a snapshot sees all of such a commit or none of it.
-        self._publish_lock = threading.Lock()
+        self.options = Options.of(dict(options))
+        self._runtime = Runtime(self.options, store, supervision=supervision, apply_result=self._apply_result)
+        self._kernel = self._runtime.kernel
+        self._tree = self._runtime.tree
+        self._durability = self._runtime.durability
         _open_managers.add(self)
-        self._ensure(GLOBAL_REF, None)
+        self._tree.ensure(GLOBAL_REF, None)
 
     # -- construction -----------------------------------------------------
 
@@ -139,18 +82,11 @@ class GlobalStateManager(CheckpointsMixin):
         path: str | os.PathLike[str] | None = None,
         *,
         read_only: bool = False,
-        durability: str = "sync",
-        checkpoint_every: int = 100,
-        keep_checkpoints: int = 3,
         flush_interval: float = 0.05,
         codec: Codec | None = None,
         map_size: int = 256 * 1024 * 1024,
-        request_timeout: float = 5.0,
         supervision: SupervisionPolicy | None = None,
-        idle_timeout: float | None = None,
-        max_live_actors: int | None = None,
-        mailbox_size: int | None = None,
-        backpressure: str = "wait",
+        **options: Unpack[OptionArgs],
     ) -> GlobalStateManager:
         """Open a manager: in memory (``path=None``) or on an LMDB store at ``path``.
 
@@ -174,32 +110,18 @@ class GlobalStateManager(CheckpointsMixin):
         Raises:
             StoreLockedError: another live manager owns ``path`` for writing.
             ValueError: an option is out of range; nothing was opened.
+            TypeError: an option has an unknown name; nothing was opened.
         """
-        scale = {
-            "idle_timeout": idle_timeout,
-            "max_live_actors": max_live_actors,
-            "mailbox_size": mailbox_size,
-            "backpressure": backpressure,
-        }
-        if durability not in DURABILITY_MODES:
-            raise ValueError(f"durability must be one of {DURABILITY_MODES}, not {durability!r}")
+        Options.of(dict(options))  # refuse bad options before the store is touched
         if path is None:
             if read_only:
                 raise ValueError("read_only needs a path")
-            return cls(request_timeout=request_timeout, supervision=supervision, **scale)  # type: ignore[arg-type]
+            return cls(supervision=supervision, **options)
         store = Store(
             path, read_only=read_only, codec=codec, map_size=map_size, flush_interval=flush_interval
         )
         try:
-            return cls(
-                request_timeout=request_timeout,
-                store=store,
-                durability=durability,
-                checkpoint_every=checkpoint_every,
-                keep_checkpoints=keep_checkpoints,
-                supervision=supervision,
-                **scale,  # type: ignore[arg-type]
-            )
+            return cls(store=store, supervision=supervision, **options)
         except BaseException:
             store.close()
             raise
@@ -208,7 +130,7 @@ class GlobalStateManager(CheckpointsMixin):
     def get_instance(cls) -> GlobalStateManager:
         """The process-wide default manager (in memory), created on first use."""
         with cls._default_lock:
-            if cls._default is None or cls._default._closed:
+            if cls._default is None or cls._default.closed:
                 cls._default = cls()
             return cls._default
 
@@ -218,194 +140,123 @@ class GlobalStateManager(CheckpointsMixin):
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def __repr__(self) -> str:
+        store = self._kernel.store
+        where = "in memory" if store is None else repr(store.path)
+        return (
+            f"<GlobalStateManager {where} {len(self._kernel.cells)} scopes{' closed' if self.closed else ''}>"
+        )
+
     @property
     def closed(self) -> bool:
-        return self._closed
+        return self._kernel.closed
 
     def close(self, timeout: float = 5.0) -> None:
-        """Stop every scope actor and the event thread. Idempotent.
+        """Stop every scope actor and the event thread, flush the store. Idempotent.
 
         Requests already in a mailbox are answered first; later requests
         raise :class:`RuntimeClosedError`.
         """
-        with self._lock:
-            if self._closed:
-                return
-            self._closed = True
-            entries = list(self._scopes.values())
-        self.tools.close()
-        self.passivator.close()
-        futures = []
-        for e in entries:
-            with e.cell.lock:
-                actor, e.cell.actor = e.cell.actor, None
-            if actor is not None:
-                futures.append(actor.stop(block=False))
-            if e.cell.stopping is not None:
-                futures.append(e.cell.stopping)
-        deadline = time.monotonic() + timeout
-        for f in futures:
-            try:
-                f.get(timeout=max(deadline - time.monotonic(), 0.0))
-            except pykka.Timeout:
-                pass
-        self._bus.close(timeout)
-        if self._store is not None:
-            self._store.close()  # flushes what async mode still holds
+        self._runtime.close(timeout)
         _open_managers.discard(self)
 
     @property
     def store(self) -> Store | None:
         """The LMDB store, or None for an in-memory manager."""
-        return self._store
+        return self._kernel.store
 
     @property
     def read_only(self) -> bool:
-        return self._store is not None and self._store.read_only
+        return self._kernel.read_only
+
+    @property
+    def request_timeout(self) -> float:
+        return self.options.request_timeout
+
+    @property
+    def durability(self) -> str:
+        """``"sync"``, ``"async"`` or ``"manual"`` with a store; ``"memory"`` without one."""
+        return self._kernel.durability
+
+    @property
+    def recovery_reports(self) -> list[RecoveryReport]:
+        """What recovery skipped when restoring scopes (one report per scope that was not clean)."""
+        return self._tree.recovery_reports
+
+    @property
+    def tools(self) -> ToolDispatcher:
+        """The tool outbox's dispatcher: ``wait_idle()``, ``unhandled``, counters."""
+        return self._runtime.tools
 
     # -- scopes -----------------------------------------------------------
 
-    def _ensure(self, ref: ScopeRef, parent: ScopeRef | None) -> ScopeHandle:
-        """Return the handle of ``ref``, creating its actor under ``parent``.
+    def _handle(self, cell: ScopeCell) -> ScopeHandle:
+        handle = cell.handle
+        if handle is None:
+            handle = cell.handle = ScopeHandle(self._kernel, cell)
+        return handle  # type: ignore[no-any-return]
 
-        ``parent=None`` means "any parent" for an existing scope and the
-        global scope for a new one.
-        """
-        entry = self._scopes.get(ref)
-        if entry is not None and (parent is None or entry.cell.state.parent == parent):
-            return entry.handle
-        with self._lock:
-            if self._closed:
-                raise RuntimeClosedError("the manager is closed")
-            entry = self._scopes.get(ref)
-            if entry is None and self._store is not None:
-                entry = self._restore(ref)
-            if entry is not None:
-                if parent is not None and entry.cell.state.parent != parent:
-                    raise ScopeAccessError(
-                        f"{ref} already exists under {entry.cell.state.parent}, not under {parent}; "
-                        "a scope keeps the parent it was created under"
-                    )
-                return entry.handle
-            if self.read_only:
-                raise ScopeAccessError(f"no scope {ref} in the store, and a read-only manager creates none")
-            claimed = self._reserved.get(ref)
-            if claimed is not None and parent != claimed:
-                raise ScopeAccessError(f"{ref} is being created under {claimed}")
-            if ref == GLOBAL_REF:
-                lineage: tuple[ScopeRef, ...] = ()
-            else:
-                parent_ref = GLOBAL_REF if parent is None else parent
-                parent_entry = self._scopes.get(parent_ref)
-                if parent_entry is None:
-                    raise ScopeAccessError(f"cannot create {ref}: its parent {parent_ref} does not exist")
-                lineage = (parent_ref, *parent_entry.cell.state.lineage)
-            if self._store is not None:
-                record = ScopeRecord(ref, lineage, time.time())
-                self._store.submit([self._store.op_put_scope(record)], wait=True)
-            return self._start(ScopeState(ref=ref, lineage=lineage)).handle
-
-    def _start(self, state: ScopeState) -> _Entry:
-        """Start the actor owning ``state`` (its parent is already live). Holds the lock."""
-        if state.lineage:
-            parent_entry = self._scopes[state.lineage[0]]
-            ancestor_cells: tuple[ScopeCell, ...] = (parent_entry.cell, *parent_entry.handle._ancestor_cells)
-        else:
-            ancestor_cells = ()
-        cell = ScopeCell(state, self.durability)
-        cell.observer = self._observer
-        cell.actor = self._spawn(cell)
-        entry = _Entry(cell, ScopeHandle(self, state.ref, cell, ancestor_cells))
-        self._scopes[state.ref] = entry
-        self._children.setdefault(state.parent, []).append(state.ref)
-        self.passivator.started()
-        return entry
-
-    def _spawn(self, cell: ScopeCell) -> pykka.ActorRef[Any]:
-        persist = None if self._store is None else self._persister(cell)
-        return ScopeActor.start(cell, self._bus, self._commit_prefix, self._commit_counter, persist, self)
-
-    def _activate(self, cell: ScopeCell) -> pykka.ActorRef[Any]:
-        """Start an actor for a passivated scope (the caller holds ``cell.lock``)."""
-        return self.passivator.activate(cell)
-
-    def _busy_refs(self) -> set[ScopeRef]:
-        """Scopes a run in progress has touched: never passivated until the run ends."""
-        refs: set[ScopeRef] = set()
-        for run in list(self._active_runs.values()):
-            refs.update(run.refs())
-        return refs
-
-    def _flush_for_passivation(self) -> None:
-        if self._store is not None and not self._store.read_only and self.durability == "async":
-            self._store.flush()
-
-    def passivate_idle(self) -> int:
-        """Passivate every scope idle for longer than ``idle_timeout`` now; return how many."""
-        return self.passivator.sweep()
-
-    def _restore(self, ref: ScopeRef) -> _Entry | None:
-        """Bring a stored scope (and, first, its ancestors) back to life. Holds the lock."""
-        store = self._store
-        assert store is not None
-        record = store.scope_record(ref)
-        if record is None:
-            return None
-        for anc in reversed(record.lineage):
-            if anc not in self._scopes and self._restore(anc) is None:
-                raise ScopeAccessError(f"{ref}'s ancestor {anc} is missing from the store")
-        state, report = store.load(ref, record.lineage)
-        if not report.clean:
-            logger.warning("recovered %s at version %d, skipping: %s", ref, state.version, report.skipped)
-            self.recovery_reports.append(report)
-            if not store.read_only and report.latest_stored_version > state.version:
-                store.submit([store.op_quarantine_after(ref, state.version)], wait=True)
-        entry = self._start(state)
-        if state.pending_tools and not store.read_only:
-            # the outbox survives restarts: dispatch what was committed but never answered
-            self.tools.dispatch(ref, tuple(state.pending_tools.values()), redelivery=True)
-        return entry
-
-    def _new_commit_id(self) -> str:
-        return f"{self._commit_prefix}.{next(self._commit_counter):x}"
+    def _cell(self, ref: ScopeRef | str) -> ScopeCell:
+        if isinstance(ref, str):
+            ref = ScopeRef.parse(ref)
+        return self._runtime.resolve(ref)
 
     def get_global_state(self) -> ScopeHandle:
         """The application-wide scope."""
-        return self._ensure(GLOBAL_REF, None)
+        return self._handle(self._tree.ensure(GLOBAL_REF, None))
 
-    def get_team_state(self, team_id: str) -> ScopeHandle:
-        """The scope shared by a team's agents (under global)."""
-        return self._ensure(ScopeRef(StateScope.TEAM, team_id), GLOBAL_REF)
+    def get_team_state(self, team_id: str, *, create: bool = True) -> ScopeHandle:
+        """The scope shared by a team's agents (under global), created on first use.
 
-    def get_workflow_state(self, workflow_id: str, team_id: str | None = None) -> ScopeHandle:
+        Raises:
+            ScopeAccessError: the team does not exist and ``create`` is False.
+        """
+        return self._handle(self._tree.ensure(ScopeRef(StateScope.TEAM, team_id), GLOBAL_REF, create=create))
+
+    def get_workflow_state(
+        self, workflow_id: str, team_id: str | None = None, *, create: bool = True
+    ) -> ScopeHandle:
         """A workflow's scope, under ``team_id``'s team or, without one, under global.
 
-        Without ``team_id`` an existing workflow is returned wherever it lives.
+        Without ``team_id`` an existing workflow is returned wherever it
+        lives, and a new one is created under global. With ``create=False``
+        nothing is created: a workflow (or team) that does not exist is a
+        :class:`ScopeAccessError`, so a mistyped id cannot start a new one.
         """
         ref = ScopeRef(StateScope.WORKFLOW, workflow_id)
         if team_id is None:
-            return self._ensure(ref, None)
-        team = self.get_team_state(team_id)
-        return self._ensure(ref, team.ref)
+            return self._handle(self._tree.ensure(ref, None, create=create))
+        team = self.get_team_state(team_id, create=create)
+        return self._handle(self._tree.ensure(ref, team.ref, create=create))
 
     def get_conversation_state(
-        self, session_id: str, workflow_id: str | None = None, team_id: str | None = None
+        self,
+        session_id: str,
+        workflow_id: str | None = None,
+        team_id: str | None = None,
+        *,
+        create: bool = True,
     ) -> ScopeHandle:
         """One agent's conversation: under the workflow if given, else the team, else global.
 
         With neither, an existing conversation is returned wherever it lives.
+        Ids are unique per level across the whole manager: a conversation id
+        taken under one workflow cannot be used under another. Missing
+        parents are created on the way, unless ``create=False``, which
+        creates nothing and refuses a scope (or parent) that does not exist.
 
         Raises:
-            ScopeAccessError: the conversation exists under another parent.
+            ScopeAccessError: the conversation exists under another parent,
+                or (``create=False``) it or a parent named does not exist.
         """
         ref = ScopeRef(StateScope.CONVERSATION, session_id)
         if workflow_id is not None:
-            parent: ScopeRef | None = self.get_workflow_state(workflow_id, team_id).ref
+            parent: ScopeRef | None = self.get_workflow_state(workflow_id, team_id, create=create).ref
         elif team_id is not None:
-            parent = self.get_team_state(team_id).ref
+            parent = self.get_team_state(team_id, create=create).ref
         else:
             parent = None
-        return self._ensure(ref, parent)
+        return self._handle(self._tree.ensure(ref, parent, create=create))
 
     def scope(self, ref: ScopeRef | str) -> ScopeHandle:
         """The handle of an existing scope.
@@ -413,73 +264,154 @@ class GlobalStateManager(CheckpointsMixin):
         Raises:
             ScopeAccessError: no such scope exists.
         """
-        if isinstance(ref, str):
-            ref = ScopeRef.parse(ref)
-        entry = self._scopes.get(ref)
-        if entry is not None:
-            return entry.handle
-        if self._store is not None:
-            with self._lock:
-                entry = self._scopes.get(ref) or self._restore(ref)
-            if entry is not None:
-                return entry.handle
-        raise ScopeAccessError(f"no scope {ref} exists")
+        return self._handle(self._cell(ref))
 
     def scopes(self) -> list[ScopeRef]:
         """Every scope instance this manager holds, live or only in its store."""
-        refs = dict.fromkeys(self._scopes)
-        if self._store is not None:
-            refs.update(dict.fromkeys(r.ref for r in self._store.scope_records()))
-        return list(refs)
+        return self._tree.refs()
 
-    # -- internals used by handles ----------------------------------------
+    def _apply_result(self, ref: ScopeRef, batch: TransitionBatch) -> object:
+        return self.scope(ref).apply(batch)
 
-    def reserve_sessions(self, parent: ScopeRef, session_ids: tuple[str, ...]) -> None:
-        """Claim child conversation ids for ``parent`` before its commit is made durable.
+    # -- durability and checkpoints -----------------------------------------
 
-        Called on the parent's actor thread. Raises ScopeAccessError (and
-        claims nothing) when an id is taken by a scope under another parent.
+    def flush(self) -> None:
+        """Return once every commit made so far is durable (for ``async`` mode)."""
+        self._durability.flush()
+
+    async def aflush(self) -> None:
+        await asyncio.to_thread(self.flush)
+
+    def set_durability(self, scope_ref: ScopeRef | str, mode: str) -> None:
+        """Override the manager's durability mode for one scope.
+
+        Leaving ``manual`` writes a checkpoint first, so the log that follows
+        has a base to replay from.
         """
-        refs = [ScopeRef(StateScope.CONVERSATION, sid) for sid in session_ids]
-        with self._lock:
-            for ref in refs:
-                entry = self._scopes.get(ref)
-                owner = entry.cell.state.parent if entry is not None else self._reserved.get(ref)
-                if owner is None and self._store is not None:
-                    record = self._store.scope_record(ref)
-                    owner = record.lineage[0] if record is not None and record.lineage else None
-                if (entry is not None or owner is not None) and owner != parent:
-                    raise ScopeAccessError(f"CREATE_SESSION: {ref} already exists under {owner}")
-            for ref in refs:
-                self._reserved[ref] = parent
+        self._durability.need_writable_store("set_durability")
+        if mode not in DURABILITY_MODES:
+            raise ValueError(f"durability must be one of {DURABILITY_MODES}, not {mode!r}")
+        self._durability.set_durability(self._cell(scope_ref), mode)
 
-    def release_sessions(self, session_ids: tuple[str, ...]) -> None:
-        with self._lock:
-            for sid in session_ids:
-                self._reserved.pop(ScopeRef(StateScope.CONVERSATION, sid), None)
+    def save_checkpoint(self, scope_ref: ScopeRef | str, *, label: str | None = None) -> str:
+        """Write a full checkpoint of the scope's current committed state; return its id.
 
-    def adopt_sessions(self, parent: ScopeRef, session_ids: tuple[str, ...]) -> None:
-        """Start the claimed child conversations once the parent's commit is published."""
-        try:
-            for sid in session_ids:
-                self._ensure(ScopeRef(StateScope.CONVERSATION, sid), parent)
-        finally:
-            self.release_sessions(session_ids)
+        The id is ``"<scope>:<id>@<version>"``. Saving twice at one version
+        keeps one checkpoint (the later label wins).
+        """
+        self._durability.need_writable_store("save_checkpoint")
+        return self._durability.save_checkpoint(self._cell(scope_ref), label)
 
-    def set_observer(self, observer: Callable[[str, ScopeRef, Any], None] | None) -> None:
-        """Deprecated: use ``victor_actors.testing.set_observer(manager, observer)``."""
-        warnings.warn(
-            "manager.set_observer is deprecated; use victor_actors.testing.set_observer(manager, observer)",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        self._set_observer(observer)
+    def list_checkpoints(self, scope_ref: ScopeRef | str) -> list[CheckpointInfo]:
+        """The scope's stored checkpoints, newest first."""
+        self._durability.need_store()
+        return self._durability.list_checkpoints(self._cell(scope_ref).state.ref)
 
-    def _set_observer(self, observer: Callable[[str, ScopeRef, Any], None] | None) -> None:
-        with self._lock:
-            self._observer = observer
-            for entry in self._scopes.values():
-                entry.cell.observer = observer
+    def load_checkpoint(self, scope_ref: ScopeRef | str, checkpoint_id: str | None = None) -> ContextSnapshot:
+        """The stored state of a checkpoint (the newest if no id) as a snapshot.
+
+        Raises:
+            CheckpointNotFoundError: no such checkpoint.
+            CheckpointCorruptError: the checkpoint is unreadable.
+        """
+        self._durability.need_store()
+        return self._durability.load_checkpoint(self._cell(scope_ref).state.ref, checkpoint_id)
+
+    def state_at(self, scope_ref: ScopeRef | str, version: int) -> ContextSnapshot:
+        """The scope as it was at ``version``, rebuilt from a checkpoint and the log."""
+        self._durability.need_store()
+        return self._durability.state_at(self._cell(scope_ref), version)
+
+    def restore(
+        self, scope_ref: ScopeRef | str, checkpoint: str | int, *, timeout: float | None = None
+    ) -> StateChanged:
+        """Return the scope to a checkpoint (by id) or a version, as a new commit.
+
+        History is kept: the version keeps rising and subscribers see the
+        change like any other.
+        """
+        self._durability.need_writable_store("restore")
+        cell = self._cell(scope_ref)
+        target = self._durability.target(cell, checkpoint)
+        wait = self.options.request_timeout if timeout is None else timeout
+        req = ApplyRequest((), None, time.monotonic() + wait, None, None, target)
+        record: StateChanged = self._kernel.ask(cell, req, wait)
+        return record
+
+    def fork(self, scope_ref: ScopeRef | str, checkpoint: str | int, new_id: str) -> ScopeHandle:
+        """Start a new scope instance ``new_id`` (same level, same parent) from a checkpoint or version.
+
+        The fork's history starts at the checkpoint's version with a full
+        checkpoint of its own, so it depends on nothing of its source and
+        retention on the source can never break it.
+
+        Raises:
+            ScopeAccessError: ``new_id`` already exists.
+        """
+        self._durability.need_writable_store("fork")
+        source = self._cell(scope_ref)
+        new_ref = ScopeRef(source.state.ref.scope, new_id)
+        target = self._durability.target(source, checkpoint)
+        with self._kernel.lock:
+            if new_ref in self.scopes():
+                raise ScopeAccessError(f"cannot fork to {new_ref}: it already exists; nothing was written")
+            state = self._durability.write_fork(source, target, new_ref)
+            return self._handle(self._tree.start(state))
+
+    async def asave_checkpoint(self, scope_ref: ScopeRef | str, *, label: str | None = None) -> str:
+        return await asyncio.to_thread(self.save_checkpoint, scope_ref, label=label)
+
+    async def alist_checkpoints(self, scope_ref: ScopeRef | str) -> list[CheckpointInfo]:
+        return await asyncio.to_thread(self.list_checkpoints, scope_ref)
+
+    async def aload_checkpoint(
+        self, scope_ref: ScopeRef | str, checkpoint_id: str | None = None
+    ) -> ContextSnapshot:
+        return await asyncio.to_thread(self.load_checkpoint, scope_ref, checkpoint_id)
+
+    async def arestore(
+        self, scope_ref: ScopeRef | str, checkpoint: str | int, *, timeout: float | None = None
+    ) -> StateChanged:
+        return await asyncio.to_thread(self.restore, scope_ref, checkpoint, timeout=timeout)
+
+    async def afork(self, scope_ref: ScopeRef | str, checkpoint: str | int, new_id: str) -> ScopeHandle:
+        return await asyncio.to_thread(self.fork, scope_ref, checkpoint, new_id)
+
+    # -- scale ---------------------------------------------------------------
+
+    def passivate_idle(self, idle_for: float | None = None) -> int:
+        """Passivate now every scope idle for longer than ``idle_for`` seconds; return how many.
+
+        ``idle_for`` defaults to the ``idle_timeout`` option (without one,
+        nothing is passivated). ``passivate_idle(0)`` passivates every scope
+        that may be passivated (see ``docs/scale.md`` for what pins a scope).
+        """
+        if idle_for is not None and (isinstance(idle_for, bool) or not idle_for >= 0):
+            raise ValueError(f"idle_for must be a number of seconds >= 0, not {idle_for!r}")
+        return self._runtime.passivator.sweep(idle_for)
+
+    def quiesce(self, timeout: float = 10.0) -> None:
+        """Return once the runtime is quiet: every mailbox empty, every event and tool result delivered.
+
+        Repeats rounds (wait for running tools, pass a barrier through every
+        live actor's mailbox and through the event thread) until a whole
+        round saw no new commit, so writes that subscribers or tools make in
+        answer to other writes are waited for too. For tests and orderly
+        shutdowns; it does not stop anyone from sending more.
+
+        Raises:
+            DeadlineExceededError: still busy after ``timeout`` seconds.
+        """
+        self._runtime.quiesce(timeout)
+
+    async def aquiesce(self, timeout: float = 10.0) -> None:
+        """The asyncio twin of :meth:`quiesce`; the event loop stays free meanwhile."""
+        await asyncio.to_thread(self.quiesce, timeout)
+
+    def stats(self) -> dict[str, int]:
+        """Counters: live and passivated scopes, activations, evictions, mailbox depth, commits,
+        supervision failures, restarts and escalations, store commits and transactions."""
+        return self._runtime.stats()
 
     # -- tools ---------------------------------------------------------------
 
@@ -501,8 +433,7 @@ class GlobalStateManager(CheckpointsMixin):
         """
         count = 0
         for ref in self.scopes():
-            handle = self.scope(ref)
-            pending = tuple(handle._cell.state.pending_tools.values())
+            pending = tuple(self._cell(ref).state.pending_tools.values())
             if pending:
                 self.tools.dispatch(ref, pending, redelivery=True)
                 count += len(pending)
@@ -512,14 +443,6 @@ class GlobalStateManager(CheckpointsMixin):
         """The asyncio twin of :meth:`resume_tools`."""
         return await asyncio.to_thread(self.resume_tools)
 
-    def tools_committed(self, ref: ScopeRef, requests: tuple[Any, ...], run_id: str | None = None) -> None:
-        self.tools.dispatch(ref, requests, run_id=run_id)
-
-    def run_committed(self, record: StateChanged) -> None:
-        run = self._active_runs.get(record.run_id or "")
-        if run is not None:
-            run.record(record)
-
     # -- runs ----------------------------------------------------------------
 
     def run(self, session_id: str, timeout: float = 30.0) -> RunContext:
@@ -528,202 +451,63 @@ class GlobalStateManager(CheckpointsMixin):
         Every request inside is tagged with ``run.id`` and bounded by the
         run's deadline. If the block raises or outlives ``timeout``, the
         run's own writes are rolled back in every scope it touched (see
-        ``docs/supervision-and-runs.md``) and the error is raised again with a
-        ``rollback_report``.
+        ``docs/supervision-and-runs.md``) and :class:`RunFailedError` (or
+        :class:`RunTimeoutError`) is raised with a ``rollback_report``.
         """
-        if self._closed:
-            raise RuntimeClosedError("the manager is closed")
-        return RunContext(self, session_id, timeout)
+        self._kernel.check_open(GLOBAL_REF)
+        return RunContext(self._kernel, self._runtime.resolve, session_id, timeout)
 
     def arun(self, session_id: str, timeout: float = 30.0) -> RunContext:
         """``async with manager.arun(session_id, timeout=30.0) as run:``; the timeout cancels the body."""
         return self.run(session_id, timeout)
-
-    def quiesce(self, timeout: float = 10.0) -> None:
-        """Return once the runtime is quiet: every mailbox empty, every event and tool result delivered.
-
-        Repeats rounds (wait for running tools, pass a barrier through every
-        live actor's mailbox and through the event thread) until a whole
-        round saw no new commit, so writes that subscribers or tools make in
-        answer to other writes are waited for too. For tests and orderly
-        shutdowns; it does not stop anyone from sending more.
-
-        Raises:
-            DeadlineExceededError: still busy after ``timeout`` seconds.
-        """
-        end = time.monotonic() + timeout
-        while True:
-            before = self._activity()
-            quiet = self.tools.wait_idle(max(end - time.monotonic(), 0.0))
-            futures = []
-            for entry in list(self._scopes.values()):
-                with entry.cell.lock:
-                    actor = entry.cell.actor
-                    if actor is not None:
-                        futures.append(actor.ask(Barrier(), block=False))
-            for future in futures:
-                try:
-                    future.get(timeout=max(end - time.monotonic(), 0.0))
-                except pykka.Timeout:
-                    quiet = False
-                except pykka.ActorDeadError:
-                    pass
-            quiet = self._bus.barrier(max(end - time.monotonic(), 0.0)) and quiet
-            if quiet and self._activity() == before:
-                return
-            if time.monotonic() >= end:
-                raise DeadlineExceededError(
-                    f"the runtime was still busy after {timeout} s (commits, events or tools in flight)"
-                )
-
-    async def aquiesce(self, timeout: float = 10.0) -> None:
-        """The asyncio twin of :meth:`quiesce`; the event loop stays free meanwhile."""
-        await asyncio.to_thread(self.quiesce, timeout)
-
-    def _activity(self) -> tuple[int, int, int]:
-        return (
-            sum(e.cell.commits for e in list(self._scopes.values())),
-            self.tools.dispatched,
-            self._bus.published,
-        )
-
-    def stats(self) -> dict[str, int]:
-        """Counters: live and passivated scopes, activations, evictions, mailbox depth, commits,
-        supervision failures, restarts and escalations, store commits and transactions."""
-        return {
-            "live_actors": self.passivator.live,
-            "peak_live_actors": self.passivator.peak_live,
-            "scopes": len(self._scopes),
-            "passivated_scopes": sum(1 for e in self._scopes.values() if e.cell.actor is None),
-            "activations": self.passivator.activations,
-            "passivations": self.passivator.passivations,
-            "evictions": self.passivator.evictions,
-            "mailbox_depth_max": max(
-                (mailbox_depth(a) for e in self._scopes.values() if (a := e.cell.actor) is not None),
-                default=0,
-            ),
-            "commits": sum(e.cell.commits for e in self._scopes.values()),
-            "failures": self.supervisor.failures,
-            "restarts": self.supervisor.restarts,
-            "escalations": self.supervisor.escalations,
-            "store_commits": 0 if self._store is None else self._store.commits,
-            "store_transactions": 0 if self._store is None else self._store.transactions,
-        }
 
     # -- supervision --------------------------------------------------------
 
     def set_supervision(
         self,
         supervisor: ScopeRef | str | None,
-        strategy: str = "one_for_one",
+        strategy: Strategy = "one_for_one",
         *,
         max_restarts: int = 3,
         within: float = 5.0,
     ) -> None:
         """Set how ``supervisor`` (a scope, or None for the root above global) treats failed children."""
-        ref = None if supervisor is None else self.scope(supervisor).ref
-        self.supervisor.policies[ref] = SupervisionPolicy(strategy, max_restarts, within)
+        ref = None if supervisor is None else self._cell(supervisor).state.ref
+        self._runtime.supervision.set_policy(ref, SupervisionPolicy(strategy, max_restarts, within))
 
     def subscribe_supervision(self, callback: Callable[[SupervisionEvent], object]) -> Subscription:
         """Call ``callback`` with every failure, restart, escalation and give-up, in order."""
-
-        def remove(sub: Subscription) -> None:
-            with self._lock:
-                self._supervision_subs = tuple(s for s in self._supervision_subs if s is not sub)
-
-        sub = Subscription(None, callback, remove)  # type: ignore[arg-type]
-        with self._lock:
-            self._supervision_subs = (*self._supervision_subs, sub)
-        return sub
+        return self._runtime.supervision.subscribe(callback)
 
     def restart_scope(self, ref: ScopeRef | str, *, timeout: float | None = None) -> None:
         """Restart a scope from its last committed state, also one supervision gave up on."""
-        handle = self.scope(ref)
-        wait = self.request_timeout if timeout is None else timeout
-        handle._ask(RestartRequest("restarted by hand"), wait)
+        self._kernel.check_open(GLOBAL_REF)
+        wait = self.options.request_timeout if timeout is None else timeout
+        self._kernel.ask(self._cell(ref), RestartRequest("restarted by hand"), wait)
 
-    def scope_failed(self, ref: ScopeRef, exc: BaseException) -> None:
-        self.supervisor.failed(ref, exc)
+    # -- test hooks (victor_actors.testing) -----------------------------------
 
-    def reload(self, cell: ScopeCell, reason: str) -> None:
-        """Rebuild ``cell``'s state from its last committed state (on its actor's thread)."""
-        state = cell.state
-        loaded = state
-        store = self._store
-        if store is not None and not store.read_only and cell.durability != "manual":
-            try:
-                store.flush()
-                loaded, _report = store.load(state.ref, state.lineage)
-            except Exception:
-                logger.exception(
-                    "restarting %s from the store failed; using its committed state in memory", state.ref
-                )
-                loaded = state
-            if loaded.version != state.version:
-                logger.warning(
-                    "%s: the store holds version %d, memory %d; restarting from memory",
-                    state.ref,
-                    loaded.version,
-                    state.version,
-                )
-                loaded = state
-        cell.state = loaded
-        cell.restarts += 1
-        cell.failed_reason = None
-        logger.info("restarted %s at version %d (%s)", state.ref, loaded.version, reason)
+    def _set_observer(self, observer: Observer | None) -> None:
+        self._kernel.set_observer(observer)
 
-    def _restart_request(self, ref: ScopeRef, reason: str) -> None:
-        entry = self._scopes.get(ref)
-        if entry is None:
-            return
-        cell = entry.cell
-        if threading.current_thread() is cell.owner:
-            self.reload(cell, reason)  # the failed scope itself: before its queued requests
-            return
-        with cell.lock:
-            actor = cell.actor
-            if actor is None:  # passivated: no thread to race with, restart it here
-                self.reload(cell, reason)
-                return
-            try:
-                actor.tell(RestartRequest(reason))
-            except pykka.ActorDeadError:
-                pass
+    def _inject_fault(self, ref: ScopeRef | str, fault: BaseException | Callable[[], Any]) -> None:
+        self._cell(ref).faults.append(fault)
 
-    def _give_up(self, ref: ScopeRef, reason: str) -> None:
-        entry = self._scopes.get(ref)
-        if entry is not None:
-            entry.cell.failed_reason = reason
-
-    def _publish_supervision(self, event: SupervisionEvent) -> None:
-        subs = self._supervision_subs
-        if subs:
-            self._bus.publish(subs, event)  # type: ignore[arg-type]
-
-    def _subscribe(
-        self, cell: ScopeCell, ref: ScopeRef, callback: Callable[[StateChanged], object]
-    ) -> Subscription:
-        def remove(sub: Subscription) -> None:
-            with self._lock:
-                cell.subscribers = tuple(s for s in cell.subscribers if s is not sub)
-
-        sub = Subscription(ref, callback, remove)
-        with self._lock:
-            cell.subscribers = (*cell.subscribers, sub)
-        return sub
+    def set_observer(self, observer: Observer | None) -> None:
+        """Deprecated: use ``victor_actors.testing.set_observer(manager, observer)``."""
+        _deprecated("manager.set_observer", "victor_actors.testing.set_observer(manager, observer)")
+        self._set_observer(observer)
 
     def inject_fault(self, ref: ScopeRef | str, fault: BaseException | Callable[[], Any]) -> None:
         """Deprecated: use ``victor_actors.testing.inject_fault(manager, ref, fault)``."""
-        warnings.warn(
-            "manager.inject_fault is deprecated; use victor_actors.testing.inject_fault(manager, ref, fault)",
-            DeprecationWarning,
-            stacklevel=2,
-        )
+        _deprecated("manager.inject_fault", "victor_actors.testing.inject_fault(manager, ref, fault)")
         self._inject_fault(ref, fault)
 
-    def _inject_fault(self, ref: ScopeRef | str, fault: BaseException | Callable[[], Any]) -> None:
-        handle = self.scope(ref)
-        self._scopes[handle.ref].cell.faults.append(fault)
+
+def _deprecated(old: str, new: str) -> None:
+    warnings.warn(
+        f"{old} is deprecated and goes in the next release; use {new}", DeprecationWarning, stacklevel=3
+    )
 
 
 @atexit.register

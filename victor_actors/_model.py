@@ -13,9 +13,10 @@ from typing import Any
 import attrs
 
 from victor_actors._errors import TransitionValidationError
-from victor_actors._values import FrozenDict, freeze
+from victor_actors._values import FrozenDict, check_text, freeze
 
 __all__ = [
+    "MAX_ID_BYTES",
     "CoordinatorResult",
     "ScopeRef",
     "StateScope",
@@ -58,6 +59,11 @@ def _coerce_scope(value: StateScope | str) -> StateScope:
     return StateScope.coerce(value)
 
 
+# The longest scope id, in UTF-8 bytes. A store key is a 3-byte prefix, the id and an 8-byte version
+# (and, quarantined, a 5-byte database name): 400 keeps every key well inside LMDB's 511 bytes.
+MAX_ID_BYTES = 400
+
+
 @attrs.frozen(slots=True, order=False)
 class ScopeRef:
     """Names one scope instance: its level and its id (``team:team-a``)."""
@@ -67,8 +73,22 @@ class ScopeRef:
 
     @id.validator
     def _check_id(self, _attr: Any, value: Any) -> None:
-        if not isinstance(value, str) or not value:
-            raise TransitionValidationError(f"a scope id must be a non-empty str, not {value!r}", field="id")
+        if value.__class__ is not str or not value:
+            raise TransitionValidationError(
+                f"a scope id must be a non-empty str, not {_short(value)}", field="id"
+            )
+        why = check_text(value, "the scope id")
+        if why is not None:
+            raise TransitionValidationError(f"{why}; nothing was created", field="id")
+        if len(value) > MAX_ID_BYTES // 4 and len(value.encode("utf-8")) > MAX_ID_BYTES:
+            raise TransitionValidationError(
+                f"a scope id holds at most {MAX_ID_BYTES} bytes in UTF-8; this one holds "
+                f"{len(value.encode('utf-8'))} ({_short(value)}); nothing was created",
+                field="id",
+            )
+
+    def __repr__(self) -> str:
+        return f"ScopeRef({self.scope.value!r}, {self.id!r})"
 
     def __str__(self) -> str:
         return f"{self.scope.value}:{self.id}"
@@ -83,6 +103,11 @@ class ScopeRef:
 
 
 GLOBAL_REF = ScopeRef(StateScope.GLOBAL, "global")
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[: limit - 3]}... ({len(text)} characters)"
 
 
 class TransitionType(enum.StrEnum):

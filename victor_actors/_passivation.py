@@ -31,7 +31,7 @@ from typing import Any
 
 import pykka
 
-from victor_actors._actor import ScopeCell
+from victor_actors._cell import ScopeCell
 from victor_actors._errors import RuntimeClosedError
 from victor_actors._model import ScopeRef
 
@@ -164,11 +164,12 @@ class Passivator:
             except Exception:  # the janitor must not die
                 logger.exception("passivating idle scopes failed")
 
-    def sweep(self) -> int:
-        """Passivate every scope idle for longer than ``idle_timeout``; return how many."""
-        if self.idle_timeout is None:
+    def sweep(self, idle_for: float | None = None) -> int:
+        """Passivate every scope idle longer than ``idle_for`` (default ``idle_timeout``); return how many."""
+        idle = self.idle_timeout if idle_for is None else idle_for
+        if idle is None:
             return 0
-        limit = time.monotonic() - self.idle_timeout
+        limit = time.monotonic() - idle
         candidates = [c for c in self._cells() if c.actor is not None and c.last_active < limit]
         if not candidates:
             return 0

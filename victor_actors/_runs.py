@@ -27,32 +27,56 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import secrets
 import threading
 import time
-import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from contextvars import ContextVar
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import attrs
 
-from victor_actors._actor import ApplyRequest
+from victor_actors._cell import ScopeCell
 from victor_actors._context import RUN_ID
-from victor_actors._errors import DeadlineExceededError
+from victor_actors._errors import DeadlineExceededError, TransitionValidationError
 from victor_actors._events import Subscription
+from victor_actors._kernel import Kernel
+from victor_actors._messages import ApplyRequest
 from victor_actors._model import ScopeRef
 from victor_actors._rollback import RollbackReport, RunFailedError, RunTimeoutError, ScopeRollback
 from victor_actors._state import MessageLog, ScopeState, StateChanged
+from victor_actors._values import check_text
 
-if TYPE_CHECKING:
-    from victor_actors._handle import ScopeHandle
-    from victor_actors._manager import GlobalStateManager
+
+class Subscribable(Protocol):
+    """What :meth:`Run.subscribe` takes: anything with ``subscribe(callback)`` (a scope handle)."""
+
+    def subscribe(self, callback: Callable[[StateChanged], object]) -> Subscription: ...
+
 
 __all__ = ["CURRENT_RUN", "Run", "RunContext", "run_bound_deadline"]
 
 CURRENT_RUN: ContextVar[Run | None] = ContextVar("victor_actors_run", default=None)
 _ABSENT: Any = object()
 T = TypeVar("T")
+
+
+def same_value(a: Any, b: Any) -> bool:
+    """Whether two frozen values are the same value: ``==``, except that NaN is itself.
+
+    Rollback asks "is this still the value the run wrote?"; with ``==`` a NaN
+    the run wrote would never be, and would be left behind as another
+    writer's.
+    """
+    if a is b:
+        return True
+    if a.__class__ is float and b.__class__ is float:
+        return a == b or (a != a and b != b)
+    if a.__class__ is tuple and b.__class__ is tuple:
+        return len(a) == len(b) and all(same_value(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, Mapping) and isinstance(b, Mapping):
+        return len(a) == len(b) and all(k in b and same_value(v, b[k]) for k, v in a.items())
+    return bool(a.__class__ is b.__class__ and a == b)
 
 
 class _Plan:
@@ -76,10 +100,7 @@ class _Plan:
                     # [present before the run, value before, present as the run left it, value, interleaved]
                     into[c.key] = [c.old_present, c.old_value, c.new_present, c.new_value, False]
                     continue
-                if (c.old_present, c.old_value if c.old_present else None) != (
-                    entry[2],
-                    entry[3] if entry[2] else None,
-                ):
+                if c.old_present != entry[2] or (c.old_present and not same_value(c.old_value, entry[3])):
                     entry[4] = True  # someone else wrote it between two of the run's writes
                 entry[2:4] = [c.new_present, c.new_value]
         if rec.new_stage is not None:
@@ -112,7 +133,7 @@ class _Plan:
             # run's message is at its original position or earlier: look there, then downwards.
             found = None
             for i in range(min(index, len(log) - 1), -1, -1):
-                if i not in drop and (log[i] is message or log[i] == message):
+                if i not in drop and same_value(log[i], message):
                     found = i
                     break
             if found is None:
@@ -159,7 +180,7 @@ def _undo(plan: dict[str, list[Any]], into: Any, conflicts: list[str], what: str
             conflicts.append(f"{what} {key!r} was written by another writer between the run's writes")
             continue
         current = into.get(key, _ABSENT)
-        as_left = (current is not _ABSENT) == new_present and (not new_present or current == new)
+        as_left = (current is not _ABSENT) == new_present and (not new_present or same_value(current, new))
         if not as_left:
             conflicts.append(f"{what} {key!r} was changed by another writer since the run wrote it")
             continue
@@ -174,12 +195,19 @@ def _undo(plan: dict[str, list[Any]], into: Any, conflicts: list[str], what: str
 class Run:
     """One agent operation in progress. See the module's documentation."""
 
-    def __init__(self, manager: GlobalStateManager, session_id: str, timeout: float) -> None:
-        if not timeout > 0:
-            raise ValueError("a run's timeout must be positive")
-        self.manager = manager
+    def __init__(
+        self, kernel: Kernel, resolve: Callable[[ScopeRef], ScopeCell], session_id: str, timeout: float
+    ) -> None:
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+            raise ValueError(f"a run's timeout must be a positive number, not {timeout!r}")
+        self._kernel = kernel
+        self._resolve = resolve
         self.session_id = session_id
-        self.id = f"{session_id}:{uuid.uuid4().hex[:12]}"
+        if session_id.__class__ is not str or not session_id or check_text(session_id, "") is not None:
+            raise TransitionValidationError(
+                f"a run's session id must be a non-empty str that UTF-8 can encode, not {session_id!r}"
+            )
+        self.id = f"{session_id}:{secrets.token_hex(6)}"  # not uuid4: a test may patch that
         self.timeout = timeout
         self.started = time.monotonic()
         self.deadline = self.started + timeout
@@ -240,7 +268,7 @@ class Run:
         with self._lock:
             self._touched.add(ref)
 
-    def subscribe(self, handle: ScopeHandle, callback: Callable[[StateChanged], object]) -> Subscription:
+    def subscribe(self, handle: Subscribable, callback: Callable[[StateChanged], object]) -> Subscription:
         """A subscription that ends with the run."""
         sub = handle.subscribe(callback)
         with self._lock:
@@ -270,7 +298,7 @@ class Run:
         """
         with self._lock:
             # A request still being decided elsewhere (its caller was cancelled) must land first.
-            end = time.monotonic() + self.manager.request_timeout
+            end = time.monotonic() + self._kernel.options.request_timeout
             while self._inflight > 0 and (remaining := end - time.monotonic()) > 0:
                 self._idle.wait(remaining)
             refs = list(dict.fromkeys([*(r.ref for r in self._commits), *self._touched]))
@@ -287,10 +315,10 @@ class Run:
                 plans.append(plan)
                 return plan.target(state)
 
-            wait = self.manager.request_timeout
+            wait = self._kernel.options.request_timeout
             req = ApplyRequest((), None, time.monotonic() + wait, self.id, None, target)
             try:
-                commit: StateChanged = self.manager.scope(ref)._ask(req, wait)
+                commit: StateChanged = self._kernel.ask(self._resolve(ref), req, wait)
             except Exception as exc:  # report it and go on with the other scopes
                 results.append(ScopeRollback(ref, conflicts=(f"the rollback of {ref} failed: {exc!r}",)))
                 continue
@@ -309,14 +337,17 @@ class Run:
 class RunContext:
     """``with manager.run(...)`` and ``async with manager.arun(...)``."""
 
-    def __init__(self, manager: GlobalStateManager, session_id: str, timeout: float) -> None:
-        self._run = Run(manager, session_id, timeout)
+    def __init__(
+        self, kernel: Kernel, resolve: Callable[[ScopeRef], ScopeCell], session_id: str, timeout: float
+    ) -> None:
+        self._kernel = kernel
+        self._run = Run(kernel, resolve, session_id, timeout)
         self._tokens: tuple[contextvars.Token[Any], contextvars.Token[Any]] | None = None
         self._timeout_cm: Any = None
 
     def __enter__(self) -> Run:
         self._tokens = (CURRENT_RUN.set(self._run), RUN_ID.set(self._run.id))
-        self._run.manager._active_runs[self._run.id] = self._run
+        self._kernel.runs[self._run.id] = self._run
         return self._run
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
@@ -360,7 +391,7 @@ class RunContext:
             run.status = "rolled_back"
         finally:
             run._close()
-            run.manager._active_runs.pop(run.id, None)
+            self._kernel.runs.pop(run.id, None)
         if (
             exc is None
             or isinstance(exc, TimeoutError)

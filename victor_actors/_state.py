@@ -199,6 +199,20 @@ class StateChanged:
     def committed(self) -> bool:
         return self.new_version != self.old_version
 
+    def __repr__(self) -> str:
+        keys = ", ".join(self.changed_keys[:5]) + (", ..." if len(self.changed_keys) > 5 else "")
+        parts = [f"{self.ref}", f"v{self.old_version}->v{self.new_version}", f"commit {self.commit_id}"]
+        parts.append(f"{len(self.transitions)} transition(s)")
+        if keys:
+            parts.append(f"keys [{keys}]")
+        if self.added_messages:
+            parts.append(f"{len(self.added_messages)} message(s)")
+        if self.run_id is not None:
+            parts.append(f"run {self.run_id}")
+        if self.involved:
+            parts.append(f"across {len(self.involved)} scopes")
+        return f"<StateChanged {' '.join(parts)}>"
+
     @property
     def changed_keys(self) -> tuple[str, ...]:
         return tuple(c.key for c in self.changes)

@@ -43,19 +43,19 @@ from collections.abc import Callable
 from typing import Any
 
 import attrs
+import pykka
 
+from victor_actors._cell import ScopeCell
+from victor_actors._events import Subscription
+from victor_actors._kernel import Kernel
+from victor_actors._messages import RestartRequest
 from victor_actors._model import ScopeRef
+from victor_actors._options import STRATEGIES, Strategy, one_of
+from victor_actors._state import ScopeState
 
-__all__ = ["STRATEGIES", "SupervisionEvent", "SupervisionPolicy", "Supervisor"]
+__all__ = ["Supervision", "SupervisionEvent", "SupervisionPolicy", "Supervisor"]
 
 logger = logging.getLogger("victor_actors")
-
-STRATEGIES = ("one_for_one", "one_for_all", "rest_for_one")
-
-
-def _check_strategy(_inst: Any, _attr: Any, value: str) -> None:
-    if value not in STRATEGIES:
-        raise ValueError(f"strategy must be one of {STRATEGIES}, not {value!r}")
 
 
 def _positive(_inst: Any, attr: Any, value: float) -> None:
@@ -67,7 +67,7 @@ def _positive(_inst: Any, attr: Any, value: float) -> None:
 class SupervisionPolicy:
     """How a supervisor treats its children's failures."""
 
-    strategy: str = attrs.field(default="one_for_one", validator=_check_strategy)
+    strategy: Strategy = attrs.field(default="one_for_one", validator=one_of(STRATEGIES))
     max_restarts: int = attrs.field(default=3, validator=_positive)
     within: float = attrs.field(default=5.0, validator=_positive)
 
@@ -169,3 +169,104 @@ class Supervisor:
         self._event("restarted", ref, supervisor, reason)
         for child in self._children(ref):
             self._restart_tree(child, f"its supervisor {ref} restarted", ref)
+
+
+class Supervision:
+    """Supervision for one kernel: the decisions (:class:`Supervisor`), restarts, give-ups, events.
+
+    A restart rebuilds a cell's state from ``load_committed(cell)`` (the
+    store's copy when there is one) on the cell's own actor thread, before
+    its next queued request: from a message when another thread asks, in
+    place when the failing actor itself does, and directly when the scope
+    is passivated (no thread to race with).
+    """
+
+    def __init__(
+        self,
+        kernel: Kernel,
+        *,
+        children: Callable[[ScopeRef | None], list[ScopeRef]],
+        parent: Callable[[ScopeRef], ScopeRef | None],
+        load_committed: Callable[[ScopeCell], ScopeState],
+        default: SupervisionPolicy | None = None,
+    ) -> None:
+        self.kernel = kernel
+        self._load_committed = load_committed
+        self._subs: tuple[Subscription, ...] = ()
+        self.supervisor = Supervisor(
+            children=children,
+            parent=parent,
+            restart=self._restart_request,
+            give_up=self._give_up,
+            publish=self._publish,
+            default=default,
+        )
+
+    def set_policy(self, supervisor: ScopeRef | None, policy: SupervisionPolicy) -> None:
+        self.supervisor.policies[supervisor] = policy
+
+    def failed(self, ref: ScopeRef, exc: BaseException) -> None:
+        """A scope's actor failed (called on its thread)."""
+        self.supervisor.failed(ref, exc)
+
+    def subscribe(self, callback: Callable[[SupervisionEvent], object]) -> Subscription:
+        """Call ``callback`` with every failure, restart, escalation and give-up, in order."""
+
+        def remove(sub: Subscription) -> None:
+            with self.kernel.lock:
+                self._subs = tuple(s for s in self._subs if s is not sub)
+
+        sub = Subscription(None, callback, remove)
+        with self.kernel.lock:
+            self._subs = (*self._subs, sub)
+        return sub
+
+    def _publish(self, event: SupervisionEvent) -> None:
+        subs = self._subs
+        if subs:
+            self.kernel.bus.publish(subs, event)
+
+    def reload(self, cell: ScopeCell, reason: str) -> None:
+        """Rebuild ``cell``'s state from its last committed state (on its actor's thread)."""
+        state = cell.state
+        try:
+            loaded = self._load_committed(cell)
+        except Exception:
+            logger.exception(
+                "restarting %s from the store failed; using its committed state in memory", state.ref
+            )
+            loaded = state
+        if loaded.version != state.version:
+            logger.warning(
+                "%s: the store holds version %d, memory %d; restarting from memory",
+                state.ref,
+                loaded.version,
+                state.version,
+            )
+            loaded = state
+        cell.state = loaded
+        cell.restarts += 1
+        cell.failed_reason = None
+        logger.info("restarted %s at version %d (%s)", state.ref, loaded.version, reason)
+
+    def _restart_request(self, ref: ScopeRef, reason: str) -> None:
+        cell = self.kernel.cells.get(ref)
+        if cell is None:
+            return
+        if threading.current_thread() is cell.owner:
+            self.reload(cell, reason)  # the failed scope itself: before its queued requests
+            return
+        with cell.lock:
+            actor = cell.actor
+            if actor is None:  # passivated: no thread to race with, restart it here
+                self.reload(cell, reason)
+                return
+            try:
+                actor.tell(RestartRequest(reason))
+            except pykka.ActorDeadError:
+                pass
+
+    def _give_up(self, ref: ScopeRef, reason: str) -> None:
+        cell = self.kernel.cells.get(ref)
+        if cell is not None:
+            cell.failed_reason = reason

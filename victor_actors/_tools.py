@@ -25,21 +25,19 @@ import inspect
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import attrs
 
 from victor_actors._context import RUN_ID
 from victor_actors._errors import VictorActorsError
+from victor_actors._kernel import Kernel
 from victor_actors._model import ScopeRef, TransitionBatch
-from victor_actors._runs import CURRENT_RUN
+from victor_actors._runs import CURRENT_RUN, Run
 from victor_actors._values import freeze, thaw
-
-if TYPE_CHECKING:
-    from victor_actors._manager import GlobalStateManager
 
 __all__ = ["ToolCall", "ToolDispatcher"]
 
@@ -66,16 +64,34 @@ class _Tool:
 
 
 class ToolDispatcher:
-    """Runs registered tool executors for committed EXECUTE_TOOL requests."""
+    """Runs registered tool executors for committed EXECUTE_TOOL requests.
 
-    def __init__(self, manager: GlobalStateManager, *, workers: int = 8) -> None:
-        self._manager = manager
+    ``manager.tools`` is this dispatcher: ``wait_idle()`` / ``await_idle()``
+    wait for running executors, ``unhandled`` lists redelivered requests no
+    executor is registered for, and the counters ``dispatched``,
+    ``redelivered`` and ``failed`` say what it did. ``apply_result(ref,
+    batch)`` applies a result batch to a scope (as the run that requested it,
+    when it is still going); ``pending(ref)`` reads a scope's pending requests.
+    """
+
+    def __init__(
+        self,
+        kernel: Kernel,
+        apply_result: Callable[[ScopeRef, TransitionBatch], object],
+        pending: Callable[[ScopeRef], Mapping[str, Any]],
+        *,
+        workers: int = 8,
+    ) -> None:
+        self._kernel = kernel
+        self._apply_result = apply_result
+        self._pending = pending
         self._tools: dict[str, _Tool] = {}
         self._pool: ThreadPoolExecutor | None = None
         self._calls: ThreadPoolExecutor | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: threading.Thread | None = None
         self._workers = workers
+        self._here = threading.local()
         self._lock = threading.Lock()
         self._inflight: set[tuple[ScopeRef, str]] = set()
         self._idle = threading.Condition(self._lock)
@@ -128,7 +144,7 @@ class ToolDispatcher:
         # A result is published before its request leaves _inflight, so under our lock a
         # request that is neither in flight nor pending in the scope's current state is done.
         try:
-            return request_id in self._manager.scope(ref)._cell.state.pending_tools
+            return request_id in self._pending(ref)
         except VictorActorsError:
             return False
 
@@ -160,7 +176,7 @@ class ToolDispatcher:
                 future = asyncio.run_coroutine_threadsafe(tool.fn(call), self._event_loop())
             else:
                 assert self._calls is not None
-                future = self._calls.submit(tool.fn, call)
+                future = self._calls.submit(self._call, tool.fn, call)
             try:
                 result = future.result(timeout=tool.timeout)
             except (FutureTimeout, TimeoutError):
@@ -179,14 +195,13 @@ class ToolDispatcher:
                 error,
             )
         # A result for a run that is still going belongs to that run (and goes if it rolls back).
-        run = None if call.run_id is None else self._manager._active_runs.get(call.run_id)
-        tokens = None if run is None else (CURRENT_RUN.set(run), RUN_ID.set(run.id))
+        run = None if call.run_id is None else self._kernel.runs.get(call.run_id)
+        tokens = None if not isinstance(run, Run) else (CURRENT_RUN.set(run), RUN_ID.set(run.id))
         try:
-            handle = self._manager.scope(call.scope)
             batch = TransitionBatch().tool_result(
                 call.tool_name, _storable(result), request_id=call.request_id, error=error
             )
-            handle.apply(batch)
+            self._apply_result(call.scope, batch)
         except VictorActorsError as exc:
             # rolled back, answered by someone else, scope closed or the manager closing: nothing to record
             logger.info("result of %s (%s) not recorded: %s", call.tool_name, call.request_id, exc)
@@ -197,6 +212,17 @@ class ToolDispatcher:
             with self._lock:
                 self._inflight.discard((call.scope, call.request_id))
                 self._idle.notify_all()
+
+    def running_here(self) -> bool:
+        """Whether the calling thread is running one of this dispatcher's executors."""
+        return threading.current_thread() is self._loop_thread or getattr(self._here, "executor", False)
+
+    def _call(self, fn: Callable[..., Any], call: ToolCall) -> Any:
+        self._here.executor = True
+        try:
+            return fn(call)
+        finally:
+            self._here.executor = False
 
     def wait_idle(self, timeout: float = 10.0) -> bool:
         """Wait until no dispatched request is still running; False on timeout."""
@@ -215,14 +241,18 @@ class ToolDispatcher:
 
     def close(self) -> None:
         with self._lock:
-            pool, calls, loop = self._pool, self._calls, self._loop
+            pool, calls, loop, thread = self._pool, self._calls, self._loop, self._loop_thread
             self._pool = self._calls = None
-            self._loop = None
+            self._loop = self._loop_thread = None
         for executor in (pool, calls):
             if executor is not None:
                 executor.shutdown(wait=False, cancel_futures=True)
         if loop is not None:
             loop.call_soon_threadsafe(loop.stop)
+            if thread is not None and thread is not threading.current_thread():
+                thread.join(timeout=2.0)
+                if not thread.is_alive():
+                    loop.close()  # a stopped loop left open warns when it is collected
 
 
 def _storable(value: Any) -> Any:

@@ -73,15 +73,22 @@ async def _await(value: Awaitable[T]) -> T:
     return await value
 
 
+def _advance(gen: StepGen[T], value: Any, error: BaseException | None) -> tuple[bool, Any]:
+    """Resume ``gen`` with a step's result or error: (True, its return value) or (False, the next step)."""
+    try:
+        return False, gen.send(value) if error is None else gen.throw(error)
+    except StopIteration as stop:
+        return True, stop.value
+
+
 def drive(gen: StepGen[T], what: str = "a callable") -> T:
     """Run ``gen`` with blocking calls; return what it returns."""
     value: Any = None
     error: BaseException | None = None
     while True:
-        try:
-            step = gen.send(value) if error is None else gen.throw(error)
-        except StopIteration as stop:
-            return cast(T, stop.value)
+        done, step = _advance(gen, value, error)
+        if done:
+            return cast(T, step)
         value, error = None, None
         try:
             value = step.sync(*step.args, **step.kwargs)
@@ -96,10 +103,9 @@ async def adrive(gen: StepGen[T]) -> T:
     value: Any = None
     error: BaseException | None = None
     while True:
-        try:
-            step = gen.send(value) if error is None else gen.throw(error)
-        except StopIteration as stop:
-            return cast(T, stop.value)
+        done, step = _advance(gen, value, error)
+        if done:
+            return cast(T, step)
         value, error = None, None
         try:
             if step.async_ is not None:

@@ -10,16 +10,32 @@ outside 64 bits) is rejected here, at the edge, with a
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, NoReturn
 
 from victor_actors._errors import TransitionValidationError
 
-__all__ = ["FrozenDict", "freeze", "register_converter", "thaw"]
+__all__ = ["MAX_DEPTH", "FrozenDict", "check_text", "freeze", "register_converter", "thaw"]
 
 _INT_MIN = -(2**63)
 _INT_MAX = 2**64 - 1
-_MAX_DEPTH = 64
+MAX_DEPTH = 64
+_MAX_DEPTH = MAX_DEPTH
+# A lone surrogate is a valid Python str that UTF-8 (and so the store) cannot encode.
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def check_text(text: str, what: str) -> str | None:
+    """Why ``text`` (an exact ``str``) cannot be stored, or None if it can."""
+    if text.isascii():
+        return None
+    found = _SURROGATE.search(text)
+    if found is None:
+        return None
+    where = f"{found.group()!r} at index {found.start()}"
+    return f"{what} holds a lone surrogate ({where}), which UTF-8 cannot encode"
+
 
 # Types users taught us to store, with the function that turns an instance
 # into storable primitives. The result is frozen like any other value; the
@@ -49,22 +65,27 @@ class FrozenDict(Mapping[str, Any]):
     values are themselves frozen.
     """
 
-    __slots__ = ("_data", "_hash")
+    __slots__ = ("_data", "_hash", "_height")
 
     _data: dict[str, Any]
     _hash: int | None
+    _height: int  # levels of nesting at and below this mapping (a flat one is 1)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         frozen = freeze(dict(*args, **kwargs))
         object.__setattr__(self, "_data", frozen._data)
         object.__setattr__(self, "_hash", None)
+        object.__setattr__(self, "_height", frozen._height)
 
     @classmethod
-    def _wrap(cls, data: dict[str, Any]) -> FrozenDict:
+    def _wrap(cls, data: dict[str, Any], height: int | None = None) -> FrozenDict:
         # Internal: ``data`` is already frozen and owned by nobody else.
+        if height is None:
+            height = 1 + max((_height(v) for v in data.values()), default=0)
         self = cls.__new__(cls)
         object.__setattr__(self, "_data", data)
         object.__setattr__(self, "_hash", None)
+        object.__setattr__(self, "_height", height)
         return self
 
     def __setattr__(self, name: str, value: Any) -> NoReturn:
@@ -112,6 +133,15 @@ class FrozenDict(Mapping[str, Any]):
         return {key: thaw(item) for key, item in self._data.items()}
 
 
+def _height(value: Any) -> int:
+    """Levels of containers at and below a frozen value."""
+    if value.__class__ is FrozenDict:
+        return int(value._height)
+    if value.__class__ is tuple:
+        return 1 + max((_height(v) for v in value), default=0)
+    return 0
+
+
 def _reject(path: str, why: str) -> NoReturn:
     raise TransitionValidationError(f"value at {path or '<root>'} cannot be stored: {why}")
 
@@ -119,47 +149,73 @@ def _reject(path: str, why: str) -> NoReturn:
 def freeze(value: Any, path: str = "") -> Any:
     """Return a deeply immutable, storable copy of ``value``.
 
+    Freezing goes by exact type: a subclass of ``str``, ``int``, ``float``
+    or ``bool`` becomes the plain type (its methods never run), a
+    ``FrozenDict`` is trusted only as deep as it is known to be, and text
+    that UTF-8 cannot encode (a lone surrogate) is refused, in values and in
+    mapping keys alike: nothing is let in that the store could not write
+    and read back.
+
     Raises:
         TransitionValidationError: when ``value`` (or anything inside it)
             cannot be stored; the message names the path to the bad part.
     """
-    return _freeze(value, path, 0)
+    return _freeze(value, path, 0)[0]
 
 
-def _freeze(value: Any, path: str, depth: int) -> Any:
+def _freeze(value: Any, path: str, depth: int) -> tuple[Any, int]:
+    """The frozen value and its height (levels of containers at and below it)."""
     cls = value.__class__
-    if value is None or cls is str or cls is bool or cls is float or cls is bytes:
-        return value
+    if value is None or cls is bool or cls is float or cls is bytes:
+        return value, 0
+    if cls is str:
+        why = check_text(value, "the string")
+        if why is not None:
+            _reject(path, why)
+        return value, 0
     if cls is int:
         if _INT_MIN <= value <= _INT_MAX:
-            return value
+            return value, 0
         _reject(path, "integer outside the 64-bit range")
     if cls is FrozenDict:
-        return value
+        if depth + value._height > _MAX_DEPTH:
+            _reject(path, f"nested deeper than {_MAX_DEPTH} levels")
+        return value, value._height
     if depth >= _MAX_DEPTH:
         _reject(path, f"nested deeper than {_MAX_DEPTH} levels (or cyclic)")
     if isinstance(value, Mapping):
         out: dict[str, Any] = {}
+        height = 0
         for key, item in value.items():
             if key.__class__ is not str:
-                if isinstance(key, str):
-                    key = "" + key
-                else:
+                if not isinstance(key, str):
                     _reject(path, f"mapping key {key!r} is a {type(key).__name__}, not a str")
-            out[key] = _freeze(item, f"{path}.{key}" if path else key, depth + 1)
-        return FrozenDict._wrap(out)
+                key = str.__str__(key)  # the exact str, by type: no method of the subclass runs
+            why = check_text(key, f"mapping key {key!r}")
+            if why is not None:
+                _reject(path, why)
+            frozen, below = _freeze(item, f"{path}.{key}" if path else key, depth + 1)
+            out[key] = frozen
+            height = max(height, below)
+        return FrozenDict._wrap(out, height + 1), height + 1
     if isinstance(value, (list, tuple)):
-        return tuple(_freeze(item, f"{path}[{i}]", depth + 1) for i, item in enumerate(value))
+        items = []
+        height = 0
+        for i, item in enumerate(value):
+            frozen, below = _freeze(item, f"{path}[{i}]", depth + 1)
+            items.append(frozen)
+            height = max(height, below)
+        return tuple(items), height + 1
     if isinstance(value, bool):
-        return bool(value)
+        return bool(value), 0
     if isinstance(value, int):
-        return _freeze(int(value), path, depth)
+        return _freeze(int.__index__(value), path, depth)
     if isinstance(value, float):
-        return float(value)
+        return float.__float__(value), 0
     if isinstance(value, str):
-        return "" + value
-    if isinstance(value, (bytearray, memoryview)):
-        return bytes(value)
+        return _freeze(str.__str__(value), path, depth)
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value), 0
     if _CONVERTERS:
         for klass in cls.__mro__:
             convert = _CONVERTERS.get(klass)

@@ -25,7 +25,7 @@ __all__ = ["is_live", "send_nowait"]
 
 def is_live(handle: ScopeHandle) -> bool:
     """Whether ``handle``'s scope has a running actor (False: passivated, the next request reloads it)."""
-    return handle._cell.actor is not None
+    return handle.is_live
 
 
 def send_nowait(handle: ScopeHandle, batch: TransitionBatch) -> Any:
@@ -33,7 +33,7 @@ def send_nowait(handle: ScopeHandle, batch: TransitionBatch) -> Any:
     req, _wait, parts = handle._request(batch, None, None, None)
     if parts is not None:
         raise ValueError("send_nowait takes single-scope batches only")
-    sent, future = handle._try_send(req, True)
+    sent, future = handle._kernel._try_send(handle._cell, req, True)
     if not sent:
         raise RuntimeError(f"{handle.ref}: the request could not be sent")
     return future

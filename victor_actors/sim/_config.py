@@ -6,6 +6,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from victor_actors.lowlevel import Durability
+
 __all__ = ["KINDS", "QUICK", "REJECTS", "SimConfig", "Sink", "Tick"]
 
 KINDS = ("tool", "reject", "crash", "timeout", "raise")  # the turns that are not a plain step
@@ -31,7 +33,7 @@ class SimConfig:
     run_timeout: float = 0.25
     run_steps: int = 1  # counter steps per failing run (more than 1 meets a rollback bug, see the docs)
     seed: int = 7
-    durability: str = "sync"  # "async": acknowledged before durable, which --kill must catch
+    durability: Durability = "sync"  # "async": acknowledged before durable, which --kill must catch
 
     def rate(self, kind: str) -> float:
         return float(getattr(self, f"{kind}_rate"))

@@ -1,8 +1,14 @@
 """The record codec: cattrs + msgpack, zstd above a threshold, a checksum and a schema version.
 
 Every stored record is ``header + body``. The header holds a magic number,
-flags (bit 0: the body is zstd-compressed), the schema version the record
-was written with, and a CRC-32 over the rest of the header and the body.
+flags (bit 0: the body is zstd-compressed; bit 1: the checksum binds the
+record to its place), the schema version the record was written with, and a
+CRC-32 over the place (the database name and the LMDB key the record is
+stored under), the rest of the header and the body. A record copied or
+swapped to another key, scope, version or database fails its checksum like
+a damaged one. (Records of stores written before the place was bound carry
+no bit 1 and are checked without it.) A record decompresses to at most
+``max_record_bytes``, and nothing larger is ever written.
 The body is msgpack. Nothing is ever pickled and no class is ever looked up
 by a name read from disk: records decode to plain values, and cattrs
 structures them into the few record types this module knows.
@@ -44,6 +50,8 @@ SCHEMA_VERSION = 1
 _MAGIC = b"VA"
 _HEADER = struct.Struct(">2sBHI")  # magic, flags, schema version, crc32
 _FLAG_ZSTD = 1
+_FLAG_PLACED = 2
+MAX_RECORD_BYTES = 64 * 1024 * 1024
 
 R = TypeVar("R")
 Migration = Callable[[dict[str, Any]], dict[str, Any]]
@@ -132,6 +140,9 @@ class Codec:
         migrations: ``{v: fn}`` where ``fn`` turns a record's plain-dict form
             at schema ``v`` into its form at ``v + 1``.
         compress_above: bodies at least this many bytes are zstd-compressed.
+        max_record_bytes: the largest body (before compression) written or read;
+            a record claiming more is refused as corrupt, a value that would
+            need more is refused with ``TransitionValidationError``.
     """
 
     def __init__(
@@ -140,6 +151,7 @@ class Codec:
         migrations: Mapping[int, Migration] | None = None,
         *,
         compress_above: int = 2048,
+        max_record_bytes: int = MAX_RECORD_BYTES,
     ) -> None:
         if not 1 <= schema_version <= 0xFFFF:
             raise ValueError("schema_version must be within 1..65535")
@@ -149,6 +161,7 @@ class Codec:
             if v not in self.migrations and self.migrations:
                 raise ValueError(f"migrations must cover every step below {schema_version}; {v} is missing")
         self.compress_above = compress_above
+        self.max_record_bytes = max_record_bytes
         self._conv = _make_converter()
         self._local = threading.local()
 
@@ -161,18 +174,40 @@ class Codec:
             self._local.zstd = pair
         return pair
 
-    def pack(self, payload: Mapping[str, Any]) -> bytes:
-        body = msgpack.packb(payload, default=_default, use_bin_type=True)
+    def pack(self, payload: Mapping[str, Any], place: bytes | None = None) -> bytes:
+        """Frame ``payload``; with ``place`` (database name and key), the checksum binds it there.
+
+        Raises:
+            TransitionValidationError: the payload cannot be encoded (or is
+                larger than ``max_record_bytes``); nothing is written.
+        """
+        try:
+            body = msgpack.packb(payload, default=_default, use_bin_type=True)
+        except (TypeError, ValueError, OverflowError, RecursionError, UnicodeError) as exc:
+            raise _unencodable(exc) from None
+        if len(body) > self.max_record_bytes:
+            raise TransitionValidationError(
+                f"the record would take {len(body)} bytes; the store holds records of at most "
+                f"{self.max_record_bytes} bytes; nothing was written"
+            )
         flags = 0
         if len(body) >= self.compress_above:
             body = self._zstd()[0].compress(body)
             flags |= _FLAG_ZSTD
+        if place is not None:
+            flags |= _FLAG_PLACED
         head = _HEADER.pack(_MAGIC, flags, self.schema_version, 0)[:-4]
-        crc = zlib.crc32(body, zlib.crc32(head))
+        crc = zlib.crc32(body, zlib.crc32(head, 0 if place is None else zlib.crc32(place)))
         return bytes(head + struct.pack(">I", crc) + body)
 
-    def unpack(self, raw: bytes, *, ref: object = None, version: int | None = None) -> Mapping[str, Any]:
-        """Check, decompress, decode and migrate one record to the current schema."""
+    def unpack(
+        self, raw: bytes, *, ref: object = None, version: int | None = None, place: bytes | None = None
+    ) -> Mapping[str, Any]:
+        """Check, decompress, decode and migrate one record to the current schema.
+
+        ``place`` is where the record was read from (database name and key):
+        a record bound to another place fails its checksum.
+        """
 
         def corrupt(why: str, fatal: bool = False) -> CheckpointCorruptError:
             where = f"{ref} version {version}" if version is not None else f"{ref}"
@@ -187,15 +222,22 @@ class Codec:
         if magic != _MAGIC:
             raise corrupt("bad magic number")
         body = raw[_HEADER.size :]
-        if zlib.crc32(body, zlib.crc32(raw[: _HEADER.size - 4])) != crc:
-            raise corrupt("checksum mismatch")
+        seed = zlib.crc32(place) if flags & _FLAG_PLACED and place is not None else 0
+        if zlib.crc32(body, zlib.crc32(raw[: _HEADER.size - 4], seed)) != crc:
+            moved = " (or it was moved here from another key)" if flags & _FLAG_PLACED else ""
+            raise corrupt(f"checksum mismatch{moved}")
         if schema > self.schema_version:
             raise corrupt(
                 f"written with schema {schema}, newer than this codec's {self.schema_version}", fatal=True
             )
         try:
             if flags & _FLAG_ZSTD:
-                body = self._zstd()[1].decompress(body)
+                size = zstandard.frame_content_size(body)
+                if size < 0 or size > self.max_record_bytes:
+                    raise ValueError(
+                        f"it claims to decompress to {size} bytes (at most {self.max_record_bytes} are read)"
+                    )
+                body = self._zstd()[1].decompress(body, max_output_size=self.max_record_bytes)
             payload = msgpack.unpackb(body, object_pairs_hook=_pairs_hook, use_list=False, raw=False)
         except Exception as exc:
             raise corrupt(f"{type(exc).__name__}: {exc}") from None
@@ -216,28 +258,38 @@ class Codec:
 
     # -- records ------------------------------------------------------------
 
-    def encode_commit(self, record: CommitRecord) -> bytes:
-        return self.pack(self._conv.unstructure(record))
+    def _unstructure(self, record: Any) -> Any:
+        try:
+            return self._conv.unstructure(record)
+        except (TypeError, ValueError, OverflowError, RecursionError, UnicodeError) as exc:
+            raise _unencodable(exc) from None
 
-    def decode_commit(self, raw: bytes, *, ref: object = None, version: int | None = None) -> CommitRecord:
-        return self._structure(raw, CommitRecord, ref, version)
+    def encode_commit(self, record: CommitRecord, *, place: bytes | None = None) -> bytes:
+        return self.pack(self._unstructure(record), place)
 
-    def encode_checkpoint(self, record: CheckpointRecord) -> bytes:
-        return self.pack(self._conv.unstructure(record))
+    def decode_commit(
+        self, raw: bytes, *, ref: object = None, version: int | None = None, place: bytes | None = None
+    ) -> CommitRecord:
+        return self._structure(raw, CommitRecord, ref, version, place)
+
+    def encode_checkpoint(self, record: CheckpointRecord, *, place: bytes | None = None) -> bytes:
+        return self.pack(self._unstructure(record), place)
 
     def decode_checkpoint(
-        self, raw: bytes, *, ref: object = None, version: int | None = None
+        self, raw: bytes, *, ref: object = None, version: int | None = None, place: bytes | None = None
     ) -> CheckpointRecord:
-        return self._structure(raw, CheckpointRecord, ref, version)
+        return self._structure(raw, CheckpointRecord, ref, version, place)
 
-    def encode_scope(self, record: ScopeRecord) -> bytes:
-        return self.pack(self._conv.unstructure(record))
+    def encode_scope(self, record: ScopeRecord, *, place: bytes | None = None) -> bytes:
+        return self.pack(self._unstructure(record), place)
 
-    def decode_scope(self, raw: bytes, *, ref: object = None) -> ScopeRecord:
-        return self._structure(raw, ScopeRecord, ref, None)
+    def decode_scope(self, raw: bytes, *, ref: object = None, place: bytes | None = None) -> ScopeRecord:
+        return self._structure(raw, ScopeRecord, ref, None, place)
 
-    def _structure(self, raw: bytes, cls: type[R], ref: object, version: int | None) -> R:
-        payload = self.unpack(raw, ref=ref, version=version)
+    def _structure(
+        self, raw: bytes, cls: type[R], ref: object, version: int | None, place: bytes | None
+    ) -> R:
+        payload = self.unpack(raw, ref=ref, version=version, place=place)
         try:
             return self._conv.structure(payload, cls)
         except (Exception, TransitionValidationError) as exc:
@@ -246,6 +298,13 @@ class Codec:
                 ref=ref,
                 version=version,
             ) from None
+
+
+def _unencodable(exc: BaseException) -> TransitionValidationError:
+    why = f"{type(exc).__name__}: {exc}"
+    return TransitionValidationError(
+        f"the record cannot be encoded for the store ({why}); nothing was written"
+    )
 
 
 def _refreeze(value: Any) -> Any:

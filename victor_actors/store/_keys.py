@@ -12,7 +12,7 @@ import struct
 
 from victor_actors._model import ScopeRef, StateScope
 
-__all__ = ["checkpoint_id", "ref_from_key", "ref_key", "version_of", "versioned_key"]
+__all__ = ["checkpoint_id", "place", "ref_from_key", "ref_key", "version_of", "versioned_key"]
 
 _KIND = {StateScope.GLOBAL: 0, StateScope.TEAM: 1, StateScope.WORKFLOW: 2, StateScope.CONVERSATION: 3}
 _KIND_BACK = {v: k for k, v in _KIND.items()}
@@ -40,3 +40,8 @@ def version_of(key: bytes) -> int:
 
 def checkpoint_id(ref: ScopeRef, version: int) -> str:
     return f"{ref}@{version}"
+
+
+def place(db: str, key: bytes) -> bytes:
+    """Where a record lives (its database and key): what its checksum binds it to."""
+    return db.encode() + b"/" + key

@@ -10,12 +10,12 @@ from collections.abc import Callable, Iterator
 
 import attrs
 
-from victor_actors._errors import CheckpointCorruptError, CheckpointNotFoundError
+from victor_actors._errors import CheckpointCorruptError, CheckpointNotFoundError, VictorActorsError
 from victor_actors._model import ScopeRef
 from victor_actors._reducer import reduce
 from victor_actors._state import ScopeState
 from victor_actors.store._codec import Codec, CommitRecord
-from victor_actors.store._keys import ref_key, version_of
+from victor_actors.store._keys import place, ref_key, version_of
 
 __all__ = ["CheckpointInfo", "RecoveryReport", "apply_record", "load_state"]
 
@@ -58,26 +58,39 @@ def load_state(
     lineage: tuple[ScopeRef, ...],
     *,
     upto: int | None = None,
+    head: int | None = None,
+    head_note: str | None = None,
 ) -> tuple[ScopeState, RecoveryReport]:
     """Rebuild ``ref``'s state: the newest good checkpoint plus a replay of later commits.
 
     With ``upto``, rebuild the state at that version instead of the latest.
     A corrupt checkpoint is skipped for an older one; a corrupt or missing
-    commit ends the replay there. What was skipped is in the report.
+    commit ends the replay there. ``head`` is the scope's newest committed
+    version as its head record says: a replay that ends short of it reports
+    the missing tail, and records above it (which no commit wrote) are
+    ignored and reported. What was skipped is in the report.
     """
     prefix = ref_key(ref)
     ckpt_items = list(scan("ckpt", prefix, reverse=True))
-    log_items = [(version_of(k), v) for k, v in scan("log", prefix)]
-    latest = max([v for v, _ in log_items] + [version_of(k) for k, _ in ckpt_items] + [0])
+    log_items = [(version_of(k), k, v) for k, v in scan("log", prefix)]
+    stored = max([v for v, _k, _v in log_items] + [version_of(k) for k, _ in ckpt_items] + [0])
+    skipped: list[str] = [] if head_note is None else [head_note]
+    latest = stored
+    if head is not None:
+        if stored > head:
+            skipped.append(
+                f"records above the head version {head} (up to v{stored}) were written by no commit"
+            )
+        latest = head
     target = latest if upto is None else upto
-    skipped: list[str] = []
     starts: list[tuple[ScopeState, int | None]] = []
     for key, raw in ckpt_items:
         version = version_of(key)
         if version > target:
             continue
         try:
-            starts.append((codec.decode_checkpoint(raw, ref=ref, version=version).state, version))
+            record = codec.decode_checkpoint(raw, ref=ref, version=version, place=place("ckpt", key))
+            starts.append((record.state, version))
             break
         except CheckpointCorruptError as exc:
             if exc.fatal:
@@ -100,28 +113,40 @@ def load_state(
     state, ck_version = starts[0]
     state = attrs.evolve(state, ref=ref, lineage=lineage)
     replayed = 0
-    for version, raw in log_items:
+    for version, key, raw in log_items:
         if version <= state.version or version > target:
             continue
         if version != state.version + 1:
             skipped.append(f"commit v{state.version + 1} is missing")
             break
         try:
-            rec = codec.decode_commit(raw, ref=ref, version=version)
+            rec = codec.decode_commit(raw, ref=ref, version=version, place=place("log", key))
+            state = apply_record(state, rec)
         except CheckpointCorruptError as exc:
             if exc.fatal:
                 raise
             skipped.append(f"commit v{version}: {exc}")
             break
-        state = apply_record(state, rec)
+        except VictorActorsError as exc:  # a record that decodes but does not replay
+            skipped.append(f"commit v{version} does not replay: {exc}")
+            break
         replayed += 1
+    if (
+        upto is None
+        and head is not None
+        and state.version < head
+        and not any("missing" in s for s in skipped)
+    ):
+        skipped.append(f"the head version is {head} but the log reaches only v{state.version}")
     if upto is not None and upto > latest:
         raise CheckpointNotFoundError(f"{ref} has no version {upto}; its newest is {latest}")
     if upto is not None and state.version != upto:
         raise CheckpointNotFoundError(
             f"{ref}: version {upto} cannot be rebuilt from the store (reached {state.version})"
         )
-    return state, RecoveryReport(ref, state.version, ck_version, replayed, tuple(skipped), latest)
+    return state, RecoveryReport(
+        ref, state.version, ck_version, replayed, tuple(skipped), max(latest, stored)
+    )
 
 
 def apply_record(state: ScopeState, rec: CommitRecord) -> ScopeState:

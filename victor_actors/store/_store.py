@@ -6,20 +6,27 @@ Layout (named databases in one environment):
 ``log``         ref key + big-endian version -> CommitRecord (one per commit)
 ``ckpt``        ref key + big-endian version -> CheckpointRecord (full state)
 ``quarantine``  db name + original key -> the bytes of a record recovery skipped
+``heads``       ref key -> the scope's newest committed version (8 bytes) and a CRC bound to the key
 
 Keys (``_keys.py``) sort as bytes, so one scope's history is one ordered
-range scan. Writes go through the group-commit writer (``_writer.py``);
-recovery is ``_load.py``. Reads use their own read transactions and never
-block the writer.
+range scan. Every record's checksum covers its database and key, so a record
+copied or swapped elsewhere reads as corrupt. A scope's head version is kept
+apart from its log (``heads``), so recovery knows how far the log must reach
+and reports a lost tail instead of loading without it. Writes go through the
+group-commit writer (``_writer.py``); recovery is ``_load.py``; the owner
+lock and the data file's size check are ``_files.py``. Reads use their own
+read transactions, never block the writer, and wait only while the map grows;
+an LMDB error on a read is raised as :class:`CheckpointCorruptError`.
 """
 
 from __future__ import annotations
 
-import fcntl
 import logging
 import os
-from collections.abc import Iterator
-from typing import Any
+import struct
+import zlib
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
 import lmdb
 
@@ -27,19 +34,26 @@ from victor_actors._errors import (
     CheckpointCorruptError,
     CheckpointNotFoundError,
     ScopeFailedError,
-    StoreLockedError,
     VictorActorsError,
 )
 from victor_actors._model import ScopeRef
 from victor_actors._state import ScopeState
 from victor_actors.store._codec import CheckpointRecord, Codec, CommitRecord, ScopeRecord
-from victor_actors.store._keys import checkpoint_id, ref_from_key, ref_key, version_of, versioned_key
+from victor_actors.store._files import OwnerLock, check_data_file
+from victor_actors.store._keys import checkpoint_id, place, ref_from_key, ref_key, version_of, versioned_key
 from victor_actors.store._load import CheckpointInfo, RecoveryReport, load_state
-from victor_actors.store._writer import GroupCommitWriter, TxnOp, WriteTxn
+from victor_actors.store._writer import GroupCommitWriter, ResizeGate, TxnOp, WriteTxn
 
 __all__ = ["Store"]
 
 logger = logging.getLogger("victor_actors")
+
+T = TypeVar("T")
+_HEAD = struct.Struct(">QI")  # version, crc32 over place + version
+
+
+def _head_crc(key: bytes, version: int) -> int:
+    return zlib.crc32(struct.pack(">Q", version), zlib.crc32(place("heads", key)))
 
 
 class Store:
@@ -47,9 +61,11 @@ class Store:
 
     Raises:
         StoreLockedError: another live manager owns ``path`` for writing.
+        CheckpointCorruptError: the data file is truncated or unreadable; nothing was opened.
+        VictorActorsError: ``path`` holds no store (read-only), or LMDB refused it.
     """
 
-    DBS = ("scopes", "log", "ckpt", "quarantine")
+    DBS = ("scopes", "log", "ckpt", "quarantine", "heads")
 
     def __init__(
         self,
@@ -66,28 +82,18 @@ class Store:
         self.codec = codec or Codec()
         self.flush_interval = flush_interval
         self.max_batch = max_batch
-        self._lock_file: Any = None
+        self.gate = ResizeGate()
+        self._owner: OwnerLock | None = None
         data = os.path.join(self.path, "data")
+        data_file = os.path.join(data, "data.mdb")
         if read_only:
-            if not os.path.isdir(data):
+            if not os.path.isfile(data_file):
                 raise VictorActorsError(f"no victor_actors store at {self.path!r}")
         else:
             os.makedirs(data, exist_ok=True)
-            lock_file = open(os.path.join(self.path, "owner.lock"), "a+")
-            try:
-                fcntl.flock(lock_file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                lock_file.close()
-                raise StoreLockedError(
-                    f"{self.path!r} is owned by another live manager; nothing was opened "
-                    "(open it with read_only=True to inspect it)"
-                ) from None
-            lock_file.seek(0)
-            lock_file.truncate()
-            lock_file.write(f"{os.getpid()}\n")
-            lock_file.flush()
-            self._lock_file = lock_file
+            self._owner = OwnerLock(self.path, data_file)
         try:
+            check_data_file(data_file)
             self.env = lmdb.open(
                 data,
                 map_size=map_size,
@@ -98,21 +104,29 @@ class Store:
                 readahead=False,
                 max_readers=1024,
             )
-            if read_only:
-                self.dbs = {name: self.env.open_db(name.encode(), create=False) for name in self.DBS}
-            else:
-                self.dbs = {name: self.env.open_db(name.encode()) for name in self.DBS}
+            self.dbs: dict[str, Any] = {}
+            for name in self.DBS:
+                try:
+                    self.dbs[name] = self.env.open_db(name.encode(), create=not read_only)
+                except lmdb.NotFoundError:
+                    if name != "heads":  # a store written before heads were kept has none
+                        raise
         except lmdb.Error as exc:
             self._release_lock()
             raise VictorActorsError(f"cannot open a victor_actors store at {self.path!r}: {exc}") from exc
-        except Exception:
+        except BaseException:
             self._release_lock()
             raise
         self._closed = False
         self._writer: GroupCommitWriter | None = None
         if not read_only:
             self._writer = GroupCommitWriter(
-                self.env, self.dbs, path=self.path, flush_interval=flush_interval, max_batch=max_batch
+                self.env,
+                self.dbs,
+                gate=self.gate,
+                path=self.path,
+                flush_interval=flush_interval,
+                max_batch=max_batch,
             )
 
     # -- writing -------------------------------------------------------------
@@ -154,25 +168,38 @@ class Store:
         self._release_lock()
 
     def _release_lock(self) -> None:
-        if self._lock_file is not None:
-            try:
-                fcntl.flock(self._lock_file.fileno(), fcntl.LOCK_UN)
-            finally:
-                self._lock_file.close()
-                self._lock_file = None
+        if self._owner is not None:
+            self._owner.release()
+            self._owner = None
 
     # -- operations (run on the writer thread, inside its transaction) ---------
 
     def op_put_scope(self, record: ScopeRecord) -> TxnOp:
-        key, raw = ref_key(record.ref), self.codec.encode_scope(record)
+        key = ref_key(record.ref)
+        raw = self.codec.encode_scope(record, place=place("scopes", key))
         return lambda t: t.put("scopes", key, raw)
 
     def op_put_commit(self, ref: ScopeRef, record: CommitRecord) -> TxnOp:
-        key, raw = versioned_key(ref, record.version), self.codec.encode_commit(record)
-        return lambda t: t.put("log", key, raw)
+        """The commit's log record, and the scope's head moved to its version."""
+        key = versioned_key(ref, record.version)
+        raw = self.codec.encode_commit(record, place=place("log", key))
+        head = self.op_put_head(ref, record.version)
+
+        def op(t: WriteTxn) -> None:
+            t.put("log", key, raw)
+            head(t)
+
+        return op
+
+    def op_put_head(self, ref: ScopeRef, version: int) -> TxnOp:
+        """Record ``version`` as ``ref``'s newest committed version."""
+        key = ref_key(ref)
+        raw = _HEAD.pack(version, _head_crc(key, version))
+        return lambda t: t.put("heads", key, raw)
 
     def op_put_checkpoint(self, ref: ScopeRef, record: CheckpointRecord, keep: int | None) -> TxnOp:
-        key, raw = versioned_key(ref, record.state.version), self.codec.encode_checkpoint(record)
+        key = versioned_key(ref, record.state.version)
+        raw = self.codec.encode_checkpoint(record, place=place("ckpt", key))
 
         def op(t: WriteTxn) -> None:
             t.put("ckpt", key, raw)
@@ -198,20 +225,57 @@ class Store:
 
     # -- reading --------------------------------------------------------------
 
+    def _read(self, fn: Callable[[], T]) -> T:
+        """Run a read transaction: never while the map grows; LMDB's errors as ours."""
+        try:
+            with self.gate.reading():
+                return fn()
+        except lmdb.MapResizedError:
+            # another process grew the map: adopt its size, then read again
+            with self.gate.exclusive():
+                self.env.set_mapsize(0)
+            with self.gate.reading():
+                return fn()
+        except lmdb.Error as exc:
+            raise CheckpointCorruptError(
+                f"the store at {self.path!r} could not be read ({type(exc).__name__}: {exc}); "
+                "nothing was loaded"
+            ) from exc
+
     def _scan(self, db: str, prefix: bytes, *, reverse: bool = False) -> Iterator[tuple[bytes, bytes]]:
-        with self.env.begin(db=self.dbs[db]) as txn, txn.cursor() as cur:
-            items: list[tuple[bytes, bytes]] = []
-            if cur.set_range(prefix):
-                for key, value in cur:
-                    if not key.startswith(prefix):
-                        break
-                    items.append((bytes(key), bytes(value)))
+        handle = self.dbs.get(db)
+        if handle is None:
+            return iter(())
+
+        def scan() -> list[tuple[bytes, bytes]]:
+            with self.env.begin(db=handle) as txn, txn.cursor() as cur:
+                items: list[tuple[bytes, bytes]] = []
+                if cur.set_range(prefix):
+                    for key, value in cur:
+                        if not key.startswith(prefix):
+                            break
+                        items.append((bytes(key), bytes(value)))
+            return items
+
+        items = self._read(scan)
         return iter(reversed(items) if reverse else items)
 
+    def _get(self, db: str, key: bytes) -> bytes | None:
+        handle = self.dbs.get(db)
+        if handle is None:
+            return None
+
+        def get() -> bytes | None:
+            with self.env.begin(db=handle) as txn:
+                raw = txn.get(key)
+            return None if raw is None else bytes(raw)
+
+        return self._read(get)
+
     def scope_record(self, ref: ScopeRef) -> ScopeRecord | None:
-        with self.env.begin(db=self.dbs["scopes"]) as txn:
-            raw = txn.get(ref_key(ref))
-        return None if raw is None else self.codec.decode_scope(bytes(raw), ref=ref)
+        key = ref_key(ref)
+        raw = self._get("scopes", key)
+        return None if raw is None else self.codec.decode_scope(raw, ref=ref, place=place("scopes", key))
 
     def scope_records(self) -> list[ScopeRecord]:
         """Every stored scope's record; unreadable ones are logged and left out."""
@@ -222,12 +286,36 @@ class Store:
             except Exception:
                 ref = key
             try:
-                out.append(self.codec.decode_scope(raw, ref=ref))
+                out.append(self.codec.decode_scope(raw, ref=ref, place=place("scopes", key)))
             except CheckpointCorruptError as exc:
                 if exc.fatal:
                     raise
                 logger.warning("skipping an unreadable scope record: %s", exc)
         return out
+
+    def head(self, ref: ScopeRef) -> int | None:
+        """``ref``'s newest committed version as its head record says (None: no readable head).
+
+        Raises:
+            CheckpointCorruptError: the head record is damaged.
+        """
+        key = ref_key(ref)
+        raw = self._get("heads", key)
+        if raw is None:
+            return None
+        if len(raw) != _HEAD.size:
+            raise CheckpointCorruptError(f"the head record of {ref} is damaged (length {len(raw)})", ref=ref)
+        version, crc = _HEAD.unpack(raw)
+        if _head_crc(key, version) != crc:
+            raise CheckpointCorruptError(f"the head record of {ref} fails its checksum", ref=ref)
+        return int(version)
+
+    def has_records(self, ref: ScopeRef) -> bool:
+        """Whether any commit, checkpoint or head of ``ref`` is stored (with or without its scope record)."""
+        prefix = ref_key(ref)
+        if self._get("heads", prefix) is not None:
+            return True
+        return any(next(self._scan(db, prefix), None) is not None for db in ("log", "ckpt"))
 
     def checkpoints(self, ref: ScopeRef) -> list[CheckpointInfo]:
         """Stored checkpoints of ``ref``, newest first; unreadable ones are listed with label None."""
@@ -235,7 +323,7 @@ class Store:
         for key, raw in self._scan("ckpt", ref_key(ref), reverse=True):
             version = version_of(key)
             try:
-                rec = self.codec.decode_checkpoint(raw, ref=ref, version=version)
+                rec = self.codec.decode_checkpoint(raw, ref=ref, version=version, place=place("ckpt", key))
                 label, ts, readable = rec.label, rec.timestamp, True
             except CheckpointCorruptError:
                 label, ts, readable = None, 0.0, False
@@ -248,18 +336,18 @@ class Store:
         return [version_of(k) for k, _ in self._scan("log", ref_key(ref))]
 
     def commit_record(self, ref: ScopeRef, version: int) -> CommitRecord:
-        with self.env.begin(db=self.dbs["log"]) as txn:
-            raw = txn.get(versioned_key(ref, version))
+        key = versioned_key(ref, version)
+        raw = self._get("log", key)
         if raw is None:
             raise CheckpointNotFoundError(f"{ref} has no stored commit at version {version}")
-        return self.codec.decode_commit(bytes(raw), ref=ref, version=version)
+        return self.codec.decode_commit(raw, ref=ref, version=version, place=place("log", key))
 
     def checkpoint(self, ref: ScopeRef, version: int) -> CheckpointRecord:
-        with self.env.begin(db=self.dbs["ckpt"]) as txn:
-            raw = txn.get(versioned_key(ref, version))
+        key = versioned_key(ref, version)
+        raw = self._get("ckpt", key)
         if raw is None:
             raise CheckpointNotFoundError(f"{ref} has no checkpoint at version {version}")
-        return self.codec.decode_checkpoint(bytes(raw), ref=ref, version=version)
+        return self.codec.decode_checkpoint(raw, ref=ref, version=version, place=place("ckpt", key))
 
     def size_of(self, ref: ScopeRef) -> int:
         """Bytes of stored records (log and checkpoints) for ``ref``."""
@@ -272,11 +360,21 @@ class Store:
         self, ref: ScopeRef, lineage: tuple[ScopeRef, ...], *, upto: int | None = None
     ) -> tuple[ScopeState, RecoveryReport]:
         """Rebuild ``ref``'s state from the newest good checkpoint and the log (see ``_load.py``)."""
-        return load_state(self._scan, self.codec, ref, lineage, upto=upto)
+        try:
+            head = self.head(ref)
+            head_note = None
+        except CheckpointCorruptError as exc:
+            head, head_note = None, str(exc)
+        return load_state(self._scan, self.codec, ref, lineage, upto=upto, head=head, head_note=head_note)
 
     def op_quarantine_after(self, ref: ScopeRef, version: int) -> TxnOp:
-        """Move every record of ``ref`` above ``version`` out of the way (recovery could not reach it)."""
+        """Move every record of ``ref`` above ``version`` out of the way (recovery could not reach it).
+
+        The head moves back to ``version``: the scope goes on from what could be recovered,
+        and the quarantined records stay for people to look at.
+        """
         prefix = ref_key(ref)
+        head = self.op_put_head(ref, version)
 
         def op(t: WriteTxn) -> None:
             for db in ("log", "ckpt"):
@@ -286,5 +384,6 @@ class Store:
                         if raw is not None:
                             t.put("quarantine", db.encode() + b"/" + key, raw)
                         t.delete(db, key)
+            head(t)
 
         return op

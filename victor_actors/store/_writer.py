@@ -15,16 +15,63 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import lmdb
 
 from victor_actors._errors import ScopeFailedError, VictorActorsError
 
-__all__ = ["GroupCommitWriter", "TxnOp", "WriteTxn"]
+__all__ = ["MAX_MAP_SIZE", "GroupCommitWriter", "ResizeGate", "TxnOp", "WriteTxn"]
 
 logger = logging.getLogger("victor_actors")
+
+MAX_MAP_SIZE = 1 << 40  # the map doubles on demand up to 1 TiB (address space, not disk)
+
+
+class ResizeGate:
+    """Readers share it; growing the map takes it alone.
+
+    LMDB forbids ``set_mapsize`` while any read transaction of the process is
+    open, in any thread: every read transaction of the store runs inside
+    :meth:`reading`, and the writer grows the map inside :meth:`exclusive`,
+    which waits for open readers to finish and holds new ones back.
+    """
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._readers = 0
+        self._resizing = False
+
+    @contextmanager
+    def reading(self) -> Iterator[None]:
+        with self._cond:
+            while self._resizing:
+                self._cond.wait()
+            self._readers += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._readers -= 1
+                if not self._readers:
+                    self._cond.notify_all()
+
+    @contextmanager
+    def exclusive(self) -> Iterator[None]:
+        with self._cond:
+            while self._resizing:
+                self._cond.wait()
+            self._resizing = True
+            while self._readers:
+                self._cond.wait()
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._resizing = False
+                self._cond.notify_all()
 
 
 class WriteTxn:
@@ -78,12 +125,14 @@ class GroupCommitWriter:
         env: Any,
         dbs: dict[str, Any],
         *,
+        gate: ResizeGate,
         path: str,
         flush_interval: float = 0.05,
         max_batch: int = 2048,
     ) -> None:
         self.env = env
         self.dbs = dbs
+        self.gate = gate
         self.path = path
         self.flush_interval = flush_interval
         self.max_batch = max_batch
@@ -159,7 +208,7 @@ class GroupCommitWriter:
 
     def _commit(self, jobs: list[_Job]) -> None:
         error: BaseException | None = None
-        for _attempt in range(8):
+        while True:
             try:
                 with self.env.begin(write=True) as txn:
                     t = WriteTxn(txn, self.dbs)
@@ -169,15 +218,20 @@ class GroupCommitWriter:
                 error = None
                 break
             except lmdb.MapFullError:
-                size = self.env.info()["map_size"] * 2
-                logger.info("growing the LMDB map of %s to %d bytes", self.path, size)
-                self.env.set_mapsize(size)
+                size = int(self.env.info()["map_size"])
+                if size * 2 > MAX_MAP_SIZE:
+                    error = VictorActorsError(
+                        f"the LMDB map of {self.path} is at {size} bytes, and it grows to "
+                        f"{MAX_MAP_SIZE} at most"
+                    )
+                    break
+                logger.info("growing the LMDB map of %s to %d bytes", self.path, size * 2)
+                with self.gate.exclusive():  # no read transaction may be open while the map grows
+                    self.env.set_mapsize(size * 2)
             except BaseException as exc:  # reported to every waiter; the writer goes on
                 logger.exception("a store transaction failed")
                 error = exc
                 break
-        else:
-            error = VictorActorsError("the LMDB map could not grow enough")
         self.transactions += 1
         self.commits += len(jobs)
         for job in jobs:

@@ -5,10 +5,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from victor_actors._kernel import Kernel
 from victor_actors._manager import GlobalStateManager
 from victor_actors._model import ScopeRef
 
-__all__ = ["Observer", "inject_fault", "set_observer"]
+__all__ = ["Observer", "inject_fault", "kernel_of", "set_observer"]
 
 # observer(kind, ref, obj): ("received", ref, message) for every request a scope's actor takes,
 # ("published", ref, event) for every commit it publishes; called on the actor's thread.
@@ -39,3 +40,8 @@ def set_observer(manager: GlobalStateManager, observer: Observer | None) -> None
     quick and must not block or call back into the scope. None turns it off.
     """
     manager._set_observer(observer)
+
+
+def kernel_of(manager: GlobalStateManager) -> Kernel:
+    """The kernel under ``manager``: its live cells, locks and observer (for the recorder)."""
+    return manager._kernel

@@ -9,13 +9,13 @@ from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from victor_actors._actor import ApplyRequest, RestartRequest
-from victor_actors._crossscope import PrepareRequest
 from victor_actors._handle import ScopeHandle
 from victor_actors._manager import GlobalStateManager
+from victor_actors._messages import ApplyRequest, PrepareRequest, RestartRequest
 from victor_actors._model import ScopeRef, StateScope, StateTransition, TransitionType
 from victor_actors._state import ScopeState, StateChanged
 from victor_actors._values import FrozenDict
+from victor_actors.testing._hooks import kernel_of
 
 __all__ = [
     "Published",
@@ -133,16 +133,16 @@ class Recorder:
     def attach(self) -> None:
         """Start observing the manager; take every existing scope's current state as its baseline."""
         manager = self.manager
-        with manager._lock:
+        with kernel_of(manager).lock:
             if self._live:
                 return
-            previous = manager._observer
+            previous = kernel_of(manager).observer
             if previous == self.observe:
                 previous = None
             self._previous = previous
             with self._lock:
-                for ref, entry in manager._scopes.items():
-                    self._baselines.setdefault(ref, entry.cell.state)
+                for ref, cell in kernel_of(manager).cells.items():
+                    self._baselines.setdefault(ref, cell.state)
             self._live = True
             self._stopped = False
             manager._set_observer(self.observe)
@@ -155,12 +155,12 @@ class Recorder:
         below it.
         """
         manager = self.manager
-        with manager._lock:
+        with kernel_of(manager).lock:
             self._stopped = True
             if not self._live:
                 return
             self._live = False
-            if manager._observer == self.observe:
+            if kernel_of(manager).observer == self.observe:
                 manager._set_observer(self._previous)
 
     @property
@@ -200,8 +200,8 @@ class Recorder:
         baseline: ScopeState | None = None
         if self._live and ref not in self._baselines:
             # On the scope's own thread, before it handles the message: its state right now.
-            entry = self.manager._scopes.get(ref)
-            baseline = None if entry is None else entry.cell.state
+            cell = kernel_of(self.manager).cells.get(ref)
+            baseline = None if cell is None else cell.state
         with self._lock:
             self._seq += 1
             item = Received(self._seq, ref, kind, cls.__name__, transitions, run_id, commit_id, message)
@@ -278,13 +278,13 @@ class Recorder:
         Call it between phases of a test, when no request is in flight.
         """
         manager = self.manager
-        with manager._lock, self._lock:
+        with kernel_of(manager).lock, self._lock:
             self._entries.clear()
             self._received.clear()
             self._published.clear()
             self._current.clear()
             self._tracked.clear()
-            self._baselines = {ref: entry.cell.state for ref, entry in manager._scopes.items()}
+            self._baselines = {ref: cell.state for ref, cell in kernel_of(manager).cells.items()}
 
     def wait_quiet(self, quiet: float = 0.05, timeout: float = 5.0) -> bool:
         """Wait until nothing was recorded for ``quiet`` seconds; False if ``timeout`` passed first."""
@@ -326,7 +326,7 @@ def _recorder_of(source: Recorder | GlobalStateManager) -> Recorder | None:
     if isinstance(source, Recorder):
         return source
     if isinstance(source, GlobalStateManager):
-        owner = getattr(source._observer, "__self__", None)
+        owner = getattr(kernel_of(source).observer, "__self__", None)
         return owner if isinstance(owner, Recorder) else None
     raise TypeError(f"expected a Recorder or a GlobalStateManager, not {type(source).__name__}")
 
@@ -541,6 +541,7 @@ def _isolation_problems(rec: Recorder, refs: list[ScopeRef]) -> list[str]:
         return f"no recorded request {verb} it anywhere"
 
     problems: list[str] = []
+    flagged: set[tuple[ScopeRef, str, Hashable]] = set()  # reported as never sent: not twice
     for ref in refs:
         snap = rec.manager.scope(ref).snapshot()
         base = baselines.get(ref)
@@ -559,6 +560,7 @@ def _isolation_problems(rec: Recorder, refs: list[ScopeRef]) -> list[str]:
             if allowed[mkey] > 0:
                 allowed[mkey] -= 1
                 continue
+            flagged.add((ref, "message", mkey))
             problems.append(
                 f"{ref} holds message {_short(message)} at index {index}, which no request sent to "
                 f"{ref} carried (or not that many times); {elsewhere(sent_to.get(mkey), ref, 'sent')}"
@@ -569,30 +571,60 @@ def _isolation_problems(rec: Recorder, refs: list[ScopeRef]) -> list[str]:
                 continue
             if any(v == value for v in writes.get(key, ())):
                 continue
+            flagged.add((ref, "key", (key, _hkey(value))))
             problems.append(
                 f"{ref} holds key {key!r} = {_short(value, 60)}, which no request sent to {ref} wrote; "
                 f"{elsewhere(written_to.get(key), ref, 'written')}"
             )
+    # Data of one conversation copied into another through a request is a leak too: the request
+    # explains how it got there, not that it belongs there. Same rule as the by-value check.
+    for problem, (ref, what, item) in _shared_values(rec.manager, refs, same_object=True):
+        if (ref, what, item) not in flagged:
+            problems.append(f"{problem} (it came through a request sent to {ref}: copied from there?)")
     return problems
+
+
+def _shared_values(
+    manager: GlobalStateManager, refs: list[ScopeRef], *, same_object: bool = False
+) -> list[tuple[str, tuple[ScopeRef, str, Hashable]]]:
+    """Messages and (key, value) pairs that more than one of ``refs`` holds, after the first holder.
+
+    With ``same_object``, only structured values (mappings, sequences) held as the very same
+    object count: what a request copied out of one conversation's snapshot into another. Two
+    conversations that were each sent an equal message hold two different objects.
+    """
+    found: list[tuple[str, tuple[ScopeRef, str, Hashable]]] = []
+    first_holder: dict[Hashable, ScopeRef] = {}
+    pair_holder: dict[tuple[str, Hashable], ScopeRef] = {}
+    snaps = [(ref, manager.scope(ref).snapshot()) for ref in refs]  # keeps every object alive meanwhile
+
+    def ident(value: Any) -> Hashable | None:
+        if not same_object:
+            return _hkey(value)
+        return id(value) if value.__class__ in (FrozenDict, tuple) and value else None
+
+    for ref, snap in snaps:
+        for index, message in enumerate(snap.messages):
+            key = ident(message)
+            if key is None:
+                continue
+            holder = first_holder.setdefault(key, ref)
+            if holder != ref:
+                text = f"{ref} holds message {_short(message)} at index {index}, as {holder} does"
+                found.append((text, (ref, "message", _hkey(message))))
+        for k, value in snap.state.items():
+            vkey = ident(value)
+            if vkey is None:
+                continue
+            holder = pair_holder.setdefault((k, vkey), ref)
+            if holder != ref:
+                text = f"{ref} holds key {k!r} = {_short(value, 60)}, as {holder} does"
+                found.append((text, (ref, "key", (k, _hkey(value)))))
+    return found
 
 
 def _isolation_by_value(manager: GlobalStateManager, refs: list[ScopeRef]) -> list[str]:
-    snaps = {ref: manager.scope(ref).snapshot() for ref in refs}
-    problems: list[str] = []
-    first_holder: dict[Hashable, ScopeRef] = {}
-    pair_holder: dict[tuple[str, Hashable], ScopeRef] = {}
-    for ref, snap in snaps.items():
-        for index, message in enumerate(snap.messages):
-            key = _hkey(message)
-            holder = first_holder.setdefault(key, ref)
-            if holder != ref:
-                problems.append(f"{ref} holds message {_short(message)} at index {index}, as {holder} does")
-        for k, value in snap.state.items():
-            pair = (k, _hkey(value))
-            holder = pair_holder.setdefault(pair, ref)
-            if holder != ref:
-                problems.append(f"{ref} holds key {k!r} = {_short(value, 60)}, as {holder} does")
-    return problems
+    return [text for text, _item in _shared_values(manager, refs)]
 
 
 # -- assert_no_partial_batch ----------------------------------------------------------------------

@@ -11,7 +11,7 @@ coordinator, against the involved scopes' actors:
 2. If every part voted yes, the coordinator claims the transaction
    (``pending -> committing``), makes every part durable in one store job
    (one LMDB write transaction), publishes every new state under the
-   manager's publish lock (so a snapshot spanning these scopes sees all of
+   kernel's publish lock (so a snapshot spanning these scopes sees all of
    it or none of it), then marks it committed and wakes the actors, which
    publish their events.
 3. Otherwise (a part rejected, failed, or missed its deadline) the
@@ -30,145 +30,66 @@ only moments away.
 from __future__ import annotations
 
 import queue
-import threading
 import time
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import attrs
 
+from victor_actors._cell import ScopeCell
+from victor_actors._crosstxn import ABORTED, COMMITTED, GRACE, CrossTxn
 from victor_actors._errors import (
     DeadlineExceededError,
     ScopeAccessError,
-    ScopeFailedError,
     VersionConflictError,
     VictorActorsError,
 )
+from victor_actors._kernel import Kernel
+from victor_actors._messages import PrepareRequest
 from victor_actors._model import ScopeRef, StateTransition
 from victor_actors._state import ContextSnapshot, ScopeState, StateChanged
 
-if TYPE_CHECKING:
-    from victor_actors._handle import ScopeHandle
-
-__all__ = ["CrossTxn", "PrepareRequest", "apply_across", "split_by_scope", "transact"]
-
-_PENDING, _COMMITTING, _COMMITTED, _ABORTED = "pending", "committing", "committed", "aborted"
-# How long a prepared actor waits past the transaction's deadline before it may abort it alone.
-_GRACE = 1.0
-
-
-class CrossTxn:
-    """The shared fate of one cross-scope transaction."""
-
-    def __init__(self, deadline: float) -> None:
-        self.deadline = deadline
-        self.lock = threading.Lock()
-        self.decided = threading.Condition(self.lock)
-        self.state = _PENDING
-        self.done_count = 0
-        self.involved: tuple[ScopeRef, ...] = ()  # set by the coordinator before it commits
-        self.votes: queue.SimpleQueue[tuple[bool, Any]] = queue.SimpleQueue()
-
-    def claim(self) -> bool:
-        """The coordinator's step: pending -> committing. False if an actor aborted it first."""
-        with self.lock:
-            if self.state != _PENDING:
-                return False
-            self.state = _COMMITTING
-            return True
-
-    def finish_if_pending(self) -> None:
-        """A locked participant that was released without a part: abort unless already decided."""
-        with self.lock:
-            if self.state == _PENDING:
-                self.state = _ABORTED
-                self.decided.notify_all()
-
-    def finish(self, state: str) -> None:
-        with self.lock:
-            self.state = state
-            self.decided.notify_all()
-
-    def participant_done(self) -> None:
-        """A participant finished its work after the outcome (events, sessions, tools)."""
-        with self.lock:
-            self.done_count += 1
-            self.decided.notify_all()
-
-    def wait_participants(self, count: int, timeout: float) -> None:
-        """The coordinator waits for that work, so a reply means sessions and tools are under way."""
-        end = time.monotonic() + timeout
-        with self.lock:
-            while self.done_count < count:
-                remaining = end - time.monotonic()
-                if remaining <= 0:
-                    return
-                self.decided.wait(remaining)
-
-    def wait_outcome(self) -> str:
-        """A prepared actor's wait: returns "committed" or "aborted"."""
-        with self.lock:
-            while self.state in (_PENDING, _COMMITTING):
-                remaining = self.deadline + _GRACE - time.monotonic()
-                if self.state == _PENDING and remaining <= 0:
-                    self.state = _ABORTED  # the coordinator is gone or too late: abort alone
-                    self.decided.notify_all()
-                    break
-                self.decided.wait(timeout=None if self.state == _COMMITTING else max(remaining, 0.001))
-            return self.state
-
-
-@attrs.frozen(slots=True)
-class PrepareRequest:
-    """Check this scope's part of a cross-scope batch, vote, and hold until decided."""
-
-    txn: CrossTxn
-    transitions: tuple[StateTransition, ...] | None  # None: lock first, the part comes on ``work``
-    indices: tuple[int, ...]
-    expected_version: int | None
-    commit_id: str
-    timestamp: float
-    run_id: str | None = None
-    work: queue.SimpleQueue[tuple[tuple[StateTransition, ...], tuple[int, ...]] | None] | None = None
+__all__ = ["apply_across", "expected_for", "split_by_scope", "transact"]
 
 
 @attrs.frozen(slots=True)
 class Vote:
     """A yes vote: the part's current state and the state it would commit."""
 
-    handle: ScopeHandle
+    cell: ScopeCell
     old: ScopeState
     new: ScopeState
     record: StateChanged
 
 
 def split_by_scope(
-    handle: ScopeHandle, transitions: tuple[StateTransition, ...]
+    cell: ScopeCell, transitions: tuple[StateTransition, ...]
 ) -> dict[ScopeRef, tuple[list[StateTransition], list[int]]] | None:
-    """Group transitions by the scope they target; None if all target ``handle``'s own scope.
+    """Group transitions by the scope they target; None if all target ``cell``'s own scope.
 
     Raises:
         ScopeAccessError: a transition targets a scope that is neither the
             applying scope nor one of its ancestors; nothing is applied.
     """
-    own = handle.ref.scope.value
-    own_name = str(handle.ref)
+    ref = cell.state.ref
+    own = ref.scope.value
+    own_name = str(ref)
     if all(t.data.get("scope") in (None, own, own_name) for t in transitions):
         return None
-    lineage = handle._cell.state.lineage
+    lineage = cell.state.lineage
     by_target = {anc.scope.value: anc for anc in lineage}
     by_target.update({str(anc): anc for anc in lineage})
-    parts: dict[ScopeRef, tuple[list[StateTransition], list[int]]] = {handle.ref: ([], [])}
+    parts: dict[ScopeRef, tuple[list[StateTransition], list[int]]] = {ref: ([], [])}
     for index, t in enumerate(transitions):
         target = t.data.get("scope")
         if target is None or target == own or target == own_name:
-            ref = handle.ref
+            into = ref
         else:
             found = by_target.get(target)
             if found is None:
-                raise _access(handle.ref, index, t, target)
-            ref = found
-        part = parts.setdefault(ref, ([], []))
+                raise _access(ref, index, t, target)
+            into = found
+        part = parts.setdefault(into, ([], []))
         part[0].append(t)
         part[1].append(index)
     return parts
@@ -194,49 +115,52 @@ def expected_for(expected: Any, ref: ScopeRef, applying: ScopeRef) -> int | None
     return None
 
 
+def _participants(cell: ScopeCell, refs: Iterable[ScopeRef]) -> dict[ScopeRef, ScopeCell]:
+    """The cells of ``refs`` (``cell`` and some of its ancestors), global first: the one lock order."""
+    by_ref = {c.state.ref: c for c in cell.ancestors}
+    by_ref[cell.state.ref] = cell
+    depth = {ref: i for i, ref in enumerate(reversed(cell.state.lineage))}
+    depth[cell.state.ref] = len(depth)
+    return {ref: by_ref[ref] for ref in sorted(refs, key=lambda r: depth[r])}
+
+
 def apply_across(
-    handle: ScopeHandle,
+    kernel: Kernel,
+    cell: ScopeCell,
     parts: dict[ScopeRef, tuple[list[StateTransition], list[int]]],
     expected_version: Any,
     deadline: float,
     run_id: str | None = None,
 ) -> StateChanged:
     """Run the protocol for ``parts``; return the applying scope's record."""
-    manager = handle._manager
-    depth = {ref: i for i, ref in enumerate(reversed((*handle._cell.state.lineage,)))}
-    depth[handle.ref] = len(depth)
-    order = sorted(parts, key=lambda r: depth[r])  # global first: the one global lock order
+    applying = cell.state.ref
+    participants = _participants(cell, parts)
     txn = CrossTxn(deadline)
-    commit_id = manager._new_commit_id()
+    commit_id = kernel.new_commit_id()
     now = time.time()
     votes: list[Vote] = []
     error: BaseException | None = None
-    participants = {ref: handle if ref == handle.ref else manager.scope(ref) for ref in order}
     for ref, participant in participants.items():
         # Fail fast, before locking anything, when a version is already known to be stale.
-        expected = expected_for(expected_version, ref, handle.ref)
-        current = participant._cell.state.version
+        expected = expected_for(expected_version, ref, applying)
+        current = participant.state.version
         if expected is not None and expected != current:
             raise VersionConflictError(ref, expected, current)
-    for ref in order:
+    for ref, participant in participants.items():
         transitions, indices = parts[ref]
-        participant = participants[ref]
         req = PrepareRequest(
             txn,
             tuple(transitions),
             tuple(indices),
-            expected_for(expected_version, ref, handle.ref),
+            expected_for(expected_version, ref, applying),
             commit_id,
             now,
             run_id,
         )
         try:
-            participant._tell(req, deadline)
-        except VictorActorsError as exc:  # a full mailbox, a closed manager
+            kernel.tell(participant, req, deadline)
+        except VictorActorsError as exc:  # a full mailbox, a closed manager, a stopped actor
             error = exc
-            break
-        except Exception:
-            error = ScopeFailedError(f"{ref}'s actor is not running; nothing was applied")
             break
         try:
             ok, payload = txn.votes.get(timeout=max(deadline - time.monotonic(), 0.0))
@@ -250,41 +174,44 @@ def apply_across(
             break
         old, new, record = payload
         votes.append(Vote(participant, old, new, record))
-    return _decide(handle, txn, votes, {r: tuple(p[0]) for r, p in parts.items()}, error)
+    return _decide(kernel, cell, txn, votes, {r: tuple(p[0]) for r, p in parts.items()}, error)
 
 
 def _decide(
-    handle: ScopeHandle,
+    kernel: Kernel,
+    cell: ScopeCell,
     txn: CrossTxn,
     votes: list[Vote],
     parts: dict[ScopeRef, tuple[StateTransition, ...]],
     error: BaseException | None,
 ) -> StateChanged:
     """Commit (durable in one store job, published under the publish lock) or abort."""
-    manager = handle._manager
     if error is not None or not txn.claim():
-        txn.finish(_ABORTED)
+        txn.finish(ABORTED)
         if error is None:
             error = DeadlineExceededError(
                 "a participant gave up waiting for the decision; nothing was applied"
             )
         raise error
     try:
-        manager._persist_many([(v.handle._cell, v.new, v.record, parts.get(v.handle.ref, ())) for v in votes])
+        if kernel.persist is not None:
+            kernel.persist.persist_many(
+                [(v.cell, v.new, v.record, parts.get(v.cell.state.ref, ())) for v in votes]
+            )
     except BaseException:
-        txn.finish(_ABORTED)
+        txn.finish(ABORTED)
         raise
-    involved = tuple(v.handle.ref for v in votes if v.new is not v.old)
+    involved = tuple(v.cell.state.ref for v in votes if v.new is not v.old)
     txn.involved = involved  # every scope's event names them all
     try:
-        with manager._publish_lock:
+        with kernel.publish_lock:
             for v in votes:
-                v.handle._cell.state = v.new
+                v.cell.state = v.new
     finally:
-        txn.finish(_COMMITTED)
-    txn.wait_participants(len(votes), _GRACE + 4.0)
-    mine = next(v.record for v in votes if v.handle is handle)
-    related = tuple(v.record for v in votes if v.handle is not handle and v.new is not v.old)
+        txn.finish(COMMITTED)
+    txn.wait_participants(len(votes), GRACE + 4.0)
+    mine = next(v.record for v in votes if v.cell is cell)
+    related = tuple(v.record for v in votes if v.cell is not cell and v.new is not v.old)
     return attrs.evolve(mine, involved=involved, related=related)
 
 
@@ -296,7 +223,8 @@ def _vote(txn: CrossTxn, ref: ScopeRef, deadline: float) -> tuple[bool, Any]:
 
 
 def transact(
-    handle: ScopeHandle,
+    kernel: Kernel,
+    cell: ScopeCell,
     fn: Callable[[ContextSnapshot], Any],
     lock: tuple[ScopeRef, ...],
     deadline: float,
@@ -308,29 +236,25 @@ def transact(
     Pessimistic where ``apply`` is optimistic: no version conflicts, at the
     price of holding the locked scopes while ``fn`` runs.
     """
-    manager = handle._manager
-    lineage = handle._cell.state.lineage
-    depth = {ref: i for i, ref in enumerate(reversed(lineage))}
-    depth[handle.ref] = len(depth)
+    applying = cell.state.ref
+    lineage = cell.state.lineage
     for ref in lock:
-        if ref not in depth:
-            raise ScopeAccessError(f"transact can lock only {handle.ref} and its ancestors, not {ref}")
-    order = sorted(set(lock) | {handle.ref}, key=lambda r: depth[r])
+        if ref != applying and ref not in lineage:
+            raise ScopeAccessError(f"transact can lock only {applying} and its ancestors, not {ref}")
+    participants = _participants(cell, set(lock) | {applying})
     txn = CrossTxn(deadline)
-    commit_id = manager._new_commit_id()
+    commit_id = kernel.new_commit_id()
     now = time.time()
-    locked: dict[ScopeRef, tuple[ScopeHandle, ScopeState, queue.SimpleQueue[Any]]] = {}
+    locked: dict[ScopeRef, tuple[ScopeCell, ScopeState, queue.SimpleQueue[Any]]] = {}
     error: BaseException | None = None
-    for ref in order:
-        participant = handle if ref == handle.ref else manager.scope(ref)
+    for ref, participant in participants.items():
         work: queue.SimpleQueue[Any] = queue.SimpleQueue()
         try:
-            participant._tell(PrepareRequest(txn, None, (), None, commit_id, now, run_id, work), deadline)
+            kernel.tell(
+                participant, PrepareRequest(txn, None, (), None, commit_id, now, run_id, work), deadline
+            )
         except VictorActorsError as exc:
             error = exc
-            break
-        except Exception:
-            error = ScopeFailedError(f"{ref}'s actor is not running; nothing was applied")
             break
         ok, payload = _vote(txn, ref, deadline)
         if not ok:
@@ -341,11 +265,13 @@ def transact(
     parts: dict[ScopeRef, tuple[StateTransition, ...]] = {}
     if error is None:
         try:
-            own = locked[handle.ref][1]
-            ancestors = tuple(locked[a][1] if a in locked else manager.scope(a)._cell.state for a in lineage)
+            own = locked[applying][1]
+            ancestors = tuple(
+                locked[a.state.ref][1] if a.state.ref in locked else a.state for a in cell.ancestors
+            )
             transitions = to_transitions(fn(ContextSnapshot(own, ancestors)))
-            split = split_by_scope(handle, transitions) or {
-                handle.ref: (list(transitions), list(range(len(transitions))))
+            split = split_by_scope(cell, transitions) or {
+                applying: (list(transitions), list(range(len(transitions))))
             }
             for ref in split:
                 if ref not in locked:
@@ -353,7 +279,7 @@ def transact(
         except BaseException as exc:
             error = exc
         else:
-            for ref in order:
+            for ref in participants:
                 participant, _state, work = locked.pop(ref)
                 part, indices = split.get(ref, ([], []))
                 parts[ref] = tuple(part)
@@ -366,4 +292,4 @@ def transact(
                 votes.append(Vote(participant, old, new, record))
     for _participant, _state, work in locked.values():
         work.put(None)  # never got its part: let it go (the transaction aborts below)
-    return _decide(handle, txn, votes, parts, error)
+    return _decide(kernel, cell, txn, votes, parts, error)

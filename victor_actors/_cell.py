@@ -1,0 +1,94 @@
+"""The scope cell: what a scope's actor shares with everyone who reads or sends to it.
+
+A cell outlives its actors: passivation stops the actor and a later request
+starts a new one for the same cell, so handles, subscriptions and parent
+links, which all hang off the cell, never notice.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pykka
+
+from victor_actors._events import Subscription
+from victor_actors._model import ScopeRef
+from victor_actors._state import ScopeState
+
+__all__ = ["Observer", "ScopeCell", "mailbox_depth"]
+
+# observer(kind, ref, obj) on the actor's thread: ("received", ref, message) for every request,
+# ("published", ref, event) for every commit. For test recorders; None: off.
+Observer = Callable[[str, ScopeRef, Any], None]
+
+
+class ScopeCell:
+    """One scope instance: its last committed state, its live actor, its subscribers.
+
+    ``state`` is the last committed immutable state; only the scope's actor
+    (or a cross-scope commit it takes part in) assigns it, and readers take
+    it with one attribute read. ``subscribers`` is a tuple replaced, never
+    changed in place. ``ancestors`` are the parent's cell, the grandparent's,
+    and so on up to global: a snapshot reads them without any lookup.
+
+    ``actor`` is the live actor, or None while the scope is passivated.
+    Senders and the passivator take ``lock`` around reading it and putting
+    a message in its mailbox, so a message never lands in the mailbox of an
+    actor that is being stopped.
+    """
+
+    __slots__ = (
+        "actor",
+        "ancestors",
+        "busy",
+        "commits",
+        "durability",
+        "failed_reason",
+        "faults",
+        "handle",
+        "last_active",
+        "lock",
+        "observer",
+        "owner",
+        "restarts",
+        "state",
+        "stopping",
+        "subscribers",
+    )
+
+    def __init__(
+        self, state: ScopeState, ancestors: tuple[ScopeCell, ...] = (), durability: str = "memory"
+    ) -> None:
+        self.state = state
+        self.ancestors = ancestors
+        self.subscribers: tuple[Subscription, ...] = ()
+        self.faults: list[BaseException | Callable[[], Any]] = []
+        self.durability = durability
+        self.restarts = 0
+        self.failed_reason: str | None = None  # set when supervision gave up on this scope
+        self.owner: Any = None  # the actor's thread, once it runs
+        self.observer: Observer | None = None
+        self.actor: pykka.ActorRef[Any] | None = None
+        self.lock = threading.Lock()
+        self.stopping: Any = None  # the stop future of the previous actor, until it has exited
+        self.busy = False  # inside a message (a prepared cross-scope part waits in here)
+        self.last_active = time.monotonic()
+        self.commits = 0
+        self.handle: Any = None  # the facade's handle on this scope, cached here by the manager
+
+    @property
+    def ref(self) -> ScopeRef:
+        return self.state.ref
+
+    def __repr__(self) -> str:
+        return f"<ScopeCell {self.state.ref} v{self.state.version}>"
+
+
+def mailbox_depth(actor: pykka.ActorRef[Any]) -> int:
+    """Requests waiting in a threading actor's mailbox (a queue.Queue)."""
+    inbox: queue.Queue[Any] = actor.actor_inbox  # type: ignore[assignment]
+    return inbox.qsize()

@@ -1,0 +1,224 @@
+"""Durability: how commits reach the store, and the checkpoint operations.
+
+The actors call the persister this service builds (one scope's commit, made
+durable before it is published); cross-scope commits go through the
+kernel's persist port (``persist_many``: every part in one store job, so in
+one LMDB transaction). Checkpoints, restores and forks read and write the
+store here; the manager only routes the user's call.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import attrs
+
+from victor_actors._actor import Persist
+from victor_actors._cell import ScopeCell
+from victor_actors._errors import (
+    CheckpointNotFoundError,
+    ScopeAccessError,
+    TransitionValidationError,
+    VictorActorsError,
+)
+from victor_actors._kernel import Kernel
+from victor_actors._messages import ApplyRequest
+from victor_actors._model import ScopeRef
+from victor_actors._options import DURABILITY_MODES
+from victor_actors._state import ContextSnapshot, ScopeState, StateChanged
+from victor_actors._values import check_text
+from victor_actors.store import CheckpointInfo, CheckpointRecord, CommitRecord, ScopeRecord, Store, TxnOp
+from victor_actors.store import checkpoint_id as _checkpoint_id
+
+__all__ = ["Durability", "parse_checkpoint_id"]
+
+
+def parse_checkpoint_id(ref: ScopeRef, ident: str | int) -> int:
+    """The version a checkpoint id (``"<scope>@<version>"``) or a plain version names."""
+    if isinstance(ident, bool) or not isinstance(ident, (str, int)):
+        raise CheckpointNotFoundError(f"{ident!r} is neither a checkpoint id nor a version")
+    if isinstance(ident, int):
+        return ident
+    prefix = f"{ref}@"
+    if not ident.startswith(prefix) or not ident[len(prefix) :].isdigit():
+        raise CheckpointNotFoundError(f"{ident!r} is not a checkpoint id of {ref}")
+    return int(ident[len(prefix) :])
+
+
+class Durability:
+    """The commit path to the store and the checkpoint API, for one kernel (a no-op without a store)."""
+
+    def __init__(self, kernel: Kernel) -> None:
+        self.kernel = kernel
+        self.store = kernel.store
+        if self.store is not None and not self.store.read_only:
+            kernel.persist = self
+
+    # -- the commit path ----------------------------------------------------
+
+    def _commit_ops(
+        self, cell: ScopeCell, new_state: ScopeState, record: StateChanged, transitions: Any, reset: bool
+    ) -> list[TxnOp]:
+        """The store operations that make one scope's commit durable (none in manual mode)."""
+        store = self.store
+        assert store is not None
+        if cell.durability == "manual":
+            return []
+        ref = new_state.ref
+        commit = CommitRecord(
+            "reset" if reset else "batch",
+            new_state.version,
+            record.commit_id,
+            record.timestamp,
+            record.run_id,
+            () if reset else transitions,
+            new_state if reset else None,
+        )
+        ops = [store.op_put_commit(ref, commit)]
+        options = self.kernel.options
+        if new_state.version % options.checkpoint_every == 0:
+            checkpoint = CheckpointRecord(new_state, None, record.timestamp)
+            ops.append(store.op_put_checkpoint(ref, checkpoint, options.keep_checkpoints))
+        return ops
+
+    def persister(self) -> Persist | None:
+        """What an actor calls to make its commit durable, or None without a (writable) store."""
+        store = self.store
+        if store is None or store.read_only:
+            return None
+
+        def persist(cell: ScopeCell, new_state: ScopeState, record: StateChanged, req: ApplyRequest) -> None:
+            ops = self._commit_ops(cell, new_state, record, req.transitions, req.reset_to is not None)
+            if ops:
+                store.submit(ops, wait=cell.durability == "sync")
+
+        return persist
+
+    def persist_many(self, parts: list[tuple[ScopeCell, ScopeState, StateChanged, Any]]) -> None:
+        """Make several scopes' parts of one cross-scope commit durable in one LMDB transaction."""
+        store = self.store
+        if store is None:
+            return
+        ops: list[TxnOp] = []
+        wait = False
+        for cell, new_state, record, transitions in parts:
+            if record.committed:
+                ops.extend(self._commit_ops(cell, new_state, record, transitions, False))
+                wait = wait or cell.durability == "sync"
+        if ops:
+            store.submit(ops, wait=wait)
+
+    def create_scope(self, ref: ScopeRef, lineage: tuple[ScopeRef, ...]) -> None:
+        """Make a new scope's record durable (before its actor starts)."""
+        if self.store is not None:
+            self.store.submit([self.store.op_put_scope(ScopeRecord(ref, lineage, time.time()))], wait=True)
+
+    def flush(self) -> None:
+        """Return once every commit made so far is durable (for ``async`` mode)."""
+        if self.store is not None and not self.store.read_only:
+            self.store.flush()
+
+    def flush_for_passivation(self) -> None:
+        if self.kernel.durability == "async":
+            self.flush()
+
+    def load_committed(self, cell: ScopeCell) -> ScopeState:
+        """The scope's last committed state as the store holds it (for a restart).
+
+        Falls back to the committed state in memory when the store has none
+        of its own to offer (in memory, read-only, ``manual``) or disagrees.
+        """
+        state = cell.state
+        store = self.store
+        if store is None or store.read_only or cell.durability == "manual":
+            return state
+        store.flush()
+        loaded, _report = store.load(state.ref, state.lineage)
+        return loaded
+
+    # -- checkpoints --------------------------------------------------------
+
+    def need_store(self) -> Store:
+        if self.store is None:
+            raise VictorActorsError(
+                "checkpoints need a store: open the manager with GlobalStateManager.open(path)"
+            )
+        return self.store
+
+    def need_writable_store(self, what: str) -> Store:
+        store = self.need_store()
+        if store.read_only:
+            raise ScopeAccessError(f"the manager is read-only and {what} writes; nothing was done")
+        return store
+
+    def set_durability(self, cell: ScopeCell, mode: str) -> None:
+        """Override the durability mode for one scope (leaving ``manual`` checkpoints first)."""
+        store = self.need_store()
+        if mode not in DURABILITY_MODES:
+            raise ValueError(f"durability must be one of {DURABILITY_MODES}, not {mode!r}")
+        if cell.durability == "manual" and mode != "manual":
+            self.save_checkpoint(cell, None)
+        cell.durability = mode
+        if mode == "sync":
+            store.flush()
+
+    def save_checkpoint(self, cell: ScopeCell, label: str | None) -> str:
+        store = self.need_store()
+        if label is not None and not isinstance(label, str):
+            raise TypeError("label must be a str")
+        if label is not None:
+            label = str.__str__(label)
+            why = check_text(label, "the label")
+            if why is not None:
+                raise TransitionValidationError(f"{why}; no checkpoint was written", field="label")
+        state = cell.state
+        record = CheckpointRecord(state, label, time.time())
+        store.submit(
+            [store.op_put_checkpoint(state.ref, record, self.kernel.options.keep_checkpoints)], wait=True
+        )
+        return _checkpoint_id(state.ref, state.version)
+
+    def list_checkpoints(self, ref: ScopeRef) -> list[CheckpointInfo]:
+        return self.need_store().checkpoints(ref)
+
+    def load_checkpoint(self, ref: ScopeRef, checkpoint_id: str | None) -> ContextSnapshot:
+        store = self.need_store()
+        if checkpoint_id is None:
+            infos = store.checkpoints(ref)
+            if not infos:
+                raise CheckpointNotFoundError(f"{ref} has no checkpoint")
+            version = infos[0].version
+        else:
+            version = parse_checkpoint_id(ref, checkpoint_id)
+        return ContextSnapshot(store.checkpoint(ref, version).state)
+
+    def state_at(self, cell: ScopeCell, version: int) -> ContextSnapshot:
+        store = self.need_store()
+        state, _report = store.load(cell.state.ref, cell.state.lineage, upto=version)
+        return ContextSnapshot(state)
+
+    def target(self, cell: ScopeCell, checkpoint: str | int) -> ScopeState:
+        """The state a restore to ``checkpoint`` (an id, or a version) sets."""
+        store = self.need_store()
+        ref = cell.state.ref
+        if isinstance(checkpoint, str):
+            return store.checkpoint(ref, parse_checkpoint_id(ref, checkpoint)).state
+        return store.load(ref, cell.state.lineage, upto=parse_checkpoint_id(ref, checkpoint))[0]
+
+    def write_fork(self, source: ScopeCell, target: ScopeState, new_ref: ScopeRef) -> ScopeState:
+        """Write a fork's scope record and its first full checkpoint; return its state."""
+        store = self.need_store()
+        lineage = source.state.lineage
+        state = attrs.evolve(target, ref=new_ref, lineage=lineage)  # the contents, renamed
+        now = time.time()
+        store.submit(
+            [
+                store.op_put_scope(ScopeRecord(new_ref, lineage, now)),
+                store.op_put_checkpoint(
+                    new_ref, CheckpointRecord(state, f"fork of {source.state.ref}", now), None
+                ),
+            ],
+            wait=True,
+        )
+        return state

@@ -1,0 +1,250 @@
+"""The kernel: what every layer above the actors shares, and the one way to reach an actor.
+
+It owns the options, the registry of live cells and the scope tree's child
+lists, commit ids, the publish lock, the event bus, the run registry, and
+two ports the services above plug into: ``persist`` (how a cross-scope
+commit becomes durable) and ``activator`` (how a passivated scope gets an
+actor again). ``send``/``tell``/``ask``/``asend`` put a message in a cell's
+mailbox, activating the scope if needed and applying the mailbox bound.
+
+Nothing here knows handles, the manager or any service: where the kernel
+needs one, it declares a ``Protocol`` and the layer above passes itself in.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import threading
+import time
+from collections.abc import Callable, Iterable
+from typing import Any, Protocol
+
+import pykka
+
+from victor_actors._cell import Observer, ScopeCell, mailbox_depth
+from victor_actors._errors import (
+    BackpressureError,
+    DeadlineExceededError,
+    RuntimeClosedError,
+    ScopeFailedError,
+)
+from victor_actors._events import EventBus, Subscription
+from victor_actors._model import ScopeRef
+from victor_actors._options import Options
+from victor_actors._state import ScopeState, StateChanged
+from victor_actors.store import Store
+
+__all__ = ["Activator", "Kernel", "PersistPort", "RunLike"]
+
+_manager_ids = itertools.count(1)
+
+
+class Activator(Protocol):
+    """Starts an actor for a passivated cell (the caller holds ``cell.lock``), and keeps the cap."""
+
+    def activate(self, cell: ScopeCell) -> pykka.ActorRef[Any]: ...
+    def after_activation(self) -> None: ...
+
+
+class PersistPort(Protocol):
+    """Makes the parts of one cross-scope commit durable together (one store job)."""
+
+    def persist_many(self, parts: list[tuple[ScopeCell, ScopeState, StateChanged, Any]]) -> None: ...
+
+
+class RunLike(Protocol):
+    """What the kernel's run registry holds: a run that learns of its commits."""
+
+    id: str
+
+    def record(self, commit: StateChanged) -> None: ...
+    def refs(self) -> set[ScopeRef]: ...
+
+
+class Kernel:
+    """Shared state and message transport of one runtime (one manager)."""
+
+    def __init__(self, options: Options, store: Store | None) -> None:
+        self.options = options
+        self.store = store
+        self.read_only = store is not None and store.read_only
+        self.durability = options.durability if store is not None else "memory"
+        self.closed = False
+        self.lock = threading.RLock()  # guards the registry and the child lists
+        self.cells: dict[ScopeRef, ScopeCell] = {}
+        self.children: dict[ScopeRef | None, list[ScopeRef]] = {}  # in creation order
+        self.runs: dict[str, RunLike] = {}
+        self.observer: Observer | None = None
+        self.persist: PersistPort | None = None
+        self.activator: Activator | None = None
+        name = f"victor-actors-{next(_manager_ids)}"
+        self.bus = EventBus(name)
+        # Commit ids: unique per process and runtime; next() on a count is atomic.
+        self._commit_prefix = f"{os.getpid():x}.{next(_manager_ids):x}"
+        self._commit_counter = itertools.count(1)
+        # Held while a cross-scope commit publishes its states, and by snapshots reading several
+        # scopes, so a snapshot sees all of such a commit or none of it.
+        self.publish_lock = threading.Lock()
+
+    # -- identity and registry ---------------------------------------------
+
+    def new_commit_id(self) -> str:
+        return f"{self._commit_prefix}.{next(self._commit_counter):x}"
+
+    def cell(self, ref: ScopeRef) -> ScopeCell | None:
+        """The live (registered) cell of ``ref``, or None."""
+        return self.cells.get(ref)
+
+    def all_cells(self) -> list[ScopeCell]:
+        return list(self.cells.values())
+
+    def register(self, cell: ScopeCell) -> None:
+        """Add a started cell to the registry and its parent's children. Holds ``lock``."""
+        ref = cell.state.ref
+        self.cells[ref] = cell
+        self.children.setdefault(cell.state.parent, []).append(ref)
+
+    def run_refs(self) -> set[ScopeRef]:
+        """Scopes a run in progress has touched."""
+        refs: set[ScopeRef] = set()
+        for run in list(self.runs.values()):
+            refs.update(run.refs())
+        return refs
+
+    # -- subscriptions ------------------------------------------------------
+
+    def subscribe(self, cell: ScopeCell, callback: Callable[[StateChanged], object]) -> Subscription:
+        def remove(sub: Subscription) -> None:
+            with self.lock:
+                cell.subscribers = tuple(s for s in cell.subscribers if s is not sub)
+
+        sub = Subscription(cell.state.ref, callback, remove)
+        with self.lock:
+            cell.subscribers = (*cell.subscribers, sub)
+        return sub
+
+    def set_observer(self, observer: Observer | None) -> None:
+        with self.lock:
+            self.observer = observer
+            for cell in self.cells.values():
+                cell.observer = observer
+
+    # -- the mailbox ---------------------------------------------------------
+
+    def check_open(self, ref: ScopeRef) -> None:
+        if self.closed:
+            raise RuntimeClosedError(f"the manager is closed; {ref} takes no requests")
+
+    def _try_send(self, cell: ScopeCell, message: Any, ask: bool) -> tuple[bool, Any]:
+        """Put ``message`` in the live actor's mailbox (activating a passivated scope).
+
+        Returns (False, None) when the mailbox is at its bound.
+        """
+        activated = False
+        try:
+            with cell.lock:
+                actor = cell.actor
+                if actor is None:
+                    if self.activator is None:
+                        raise ScopeFailedError(f"{cell.state.ref} has no actor; nothing was applied")
+                    actor = self.activator.activate(cell)
+                    activated = True
+                bound = self.options.mailbox_size
+                if bound is not None and mailbox_depth(actor) >= bound:
+                    return False, None
+                if ask:
+                    return True, actor.ask(message, block=False)
+                actor.tell(message)
+                return True, None
+        finally:
+            if activated and self.activator is not None:
+                self.activator.after_activation()  # keep the live-actor cap, outside the lock
+
+    def _full(self, ref: ScopeRef, deadline: float) -> float:
+        """The mailbox is full: raise, or say how long to wait before trying again."""
+        bound = self.options.mailbox_size
+        if self.options.backpressure == "reject":
+            raise BackpressureError(f"{ref}'s mailbox holds {bound} requests; nothing was applied")
+        if time.monotonic() >= deadline:
+            raise BackpressureError(
+                f"{ref}'s mailbox stayed full ({bound}) until the request's deadline; nothing was applied"
+            )
+        return 0.001
+
+    def dead(self, ref: ScopeRef) -> Exception:
+        """The error for a request whose actor stopped under it."""
+        if self.closed:
+            return RuntimeClosedError(f"the manager is closed; {ref} takes no requests")
+        return ScopeFailedError(f"{ref}'s actor is not running; nothing was applied")
+
+    def tell(self, cell: ScopeCell, message: Any, deadline: float | None = None) -> None:
+        """Put ``message`` in ``cell``'s mailbox; with a full mailbox, wait or refuse (backpressure).
+
+        Raises:
+            BackpressureError: the mailbox is full (``reject``) or stayed full until ``deadline``.
+            RuntimeClosedError, ScopeFailedError: the scope takes no messages.
+        """
+        end = time.monotonic() + self.options.request_timeout if deadline is None else deadline
+        try:
+            while True:
+                sent, _ = self._try_send(cell, message, False)
+                if sent:
+                    return
+                time.sleep(self._full(cell.state.ref, end))
+        except pykka.ActorDeadError:
+            raise self.dead(cell.state.ref) from None
+
+    def ask(self, cell: ScopeCell, message: Any, timeout: float) -> Any:
+        """Send ``message`` and wait for the actor's answer (its error is raised here).
+
+        Raises:
+            DeadlineExceededError: no answer within ``timeout``; the request may still be handled.
+            BackpressureError, RuntimeClosedError, ScopeFailedError: as for :meth:`tell`.
+        """
+        end = time.monotonic() + timeout
+        try:
+            while True:
+                sent, future = self._try_send(cell, message, True)
+                if sent:
+                    return future.get(timeout=max(end - time.monotonic(), 0.0))
+                time.sleep(self._full(cell.state.ref, end))
+        except pykka.Timeout:
+            raise DeadlineExceededError(
+                f"{cell.state.ref}: no reply within {timeout} s; the request may still be applied, "
+                "read the scope's version to tell"
+            ) from None
+        except pykka.ActorDeadError:
+            raise self.dead(cell.state.ref) from None
+
+    async def asend(self, cell: ScopeCell, message: Any, deadline: float) -> None:
+        """:meth:`tell` for the event loop: a full mailbox is waited for with ``asyncio.sleep``."""
+        try:
+            while True:
+                sent, _ = self._try_send(cell, message, False)
+                if sent:
+                    return
+                await asyncio.sleep(self._full(cell.state.ref, deadline))
+        except pykka.ActorDeadError:
+            raise self.dead(cell.state.ref) from None
+
+    def barrier(self, cells: Iterable[ScopeCell], message: Any, deadline: float) -> bool:
+        """Ask each live actor among ``cells`` for ``message`` (a barrier); False if one did not answer."""
+        futures = []
+        for cell in cells:
+            with cell.lock:
+                actor = cell.actor
+                if actor is not None:
+                    futures.append(actor.ask(message, block=False))
+        answered = True
+        for future in futures:
+            try:
+                # a quiet actor answers within microseconds: give each at least a moment, even at
+                # a deadline already passed, so that a check with no time to spare can find it quiet
+                future.get(timeout=max(deadline - time.monotonic(), 0.05))
+            except pykka.Timeout:
+                answered = False
+            except pykka.ActorDeadError:
+                pass
+        return answered

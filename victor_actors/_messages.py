@@ -1,0 +1,116 @@
+"""The requests a scope actor takes, and nothing else.
+
+- :class:`ApplyRequest`: apply transitions all or nothing (or reset the
+  scope to a state, for restores and run rollbacks);
+- :class:`PrepareRequest`: vote on this scope's part of a cross-scope batch
+  and hold until the transaction is decided;
+- :class:`RestartRequest`: rebuild the scope from its last committed state
+  (sent by its supervisor);
+- :class:`Barrier`: answered as soon as it is reached (``quiesce``).
+
+:class:`AsyncReply` is how an ``a``-prefixed call gets its answer: the actor
+settles an asyncio future through ``loop.call_soon_threadsafe``, never by
+blocking the loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import queue
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+
+from victor_actors._crosstxn import CrossTxn
+from victor_actors._model import StateTransition
+from victor_actors._state import ScopeState
+
+__all__ = ["ApplyRequest", "AsyncReply", "Barrier", "PrepareRequest", "ResetTo", "RestartRequest"]
+
+# Set the scope to this state as one commit (restore), or to what this function computes from
+# the current state on the actor's thread (run rollback; None: nothing to reset).
+ResetTo = ScopeState | Callable[[ScopeState], ScopeState | None]
+
+
+class AsyncReply:
+    """Settles an asyncio future from the actor's thread, without blocking either side."""
+
+    __slots__ = ("future", "loop")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, future: asyncio.Future[Any]) -> None:
+        self.loop = loop
+        self.future = future
+
+    def _call(self, fn: Callable[..., Any], *args: Any) -> None:
+        try:
+            self.loop.call_soon_threadsafe(fn, *args)
+        except RuntimeError:  # the loop was closed; nobody is waiting any more
+            pass
+
+    def ok(self, value: Any) -> None:
+        self._call(_set_result, self.future, value)
+
+    def fail(self, exc: BaseException) -> None:
+        self._call(_set_exception, self.future, exc)
+
+
+def _set_result(future: asyncio.Future[Any], value: Any) -> None:
+    if not future.done():
+        future.set_result(value)
+
+
+def _set_exception(future: asyncio.Future[Any], exc: BaseException) -> None:
+    if not future.done():
+        future.set_exception(exc)
+
+
+class ApplyRequest:
+    """Apply these transitions to the scope, all or nothing."""
+
+    __slots__ = ("deadline", "expected_version", "reply", "reset_to", "run_id", "transitions")
+
+    def __init__(
+        self,
+        transitions: tuple[StateTransition, ...],
+        expected_version: int | None,
+        deadline: float | None,
+        run_id: str | None = None,
+        reply: AsyncReply | None = None,
+        reset_to: ResetTo | None = None,
+    ) -> None:
+        self.transitions = transitions
+        self.expected_version = expected_version
+        self.deadline = deadline
+        self.run_id = run_id
+        self.reply = reply
+        self.reset_to = reset_to
+
+
+@attrs.frozen(slots=True)
+class PrepareRequest:
+    """Check this scope's part of a cross-scope batch, vote, and hold until decided."""
+
+    txn: CrossTxn
+    transitions: tuple[StateTransition, ...] | None  # None: lock first, the part comes on ``work``
+    indices: tuple[int, ...]
+    expected_version: int | None
+    commit_id: str
+    timestamp: float
+    run_id: str | None = None
+    work: queue.SimpleQueue[tuple[tuple[StateTransition, ...], tuple[int, ...]] | None] | None = None
+
+
+class RestartRequest:
+    """Rebuild this scope's state from its last committed state (sent by its supervisor)."""
+
+    __slots__ = ("reason",)
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+
+class Barrier:
+    """Answered as soon as the actor reaches it: everything sent before it was handled."""
+
+    __slots__ = ()
