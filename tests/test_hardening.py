@@ -560,3 +560,85 @@ def test_frozen_dicts_are_still_immutable_and_unpicklable() -> None:
         pickle.dumps(value)
     with pytest.raises(ScopeFailedError.__mro__[1]):  # VictorActorsError
         freeze(object())
+
+
+# -- 9. the command line ----------------------------------------------------------------------------------
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "victor_actors", *args], capture_output=True, text=True, timeout=60
+    )
+
+
+def test_export_and_show_write_strict_json_with_nothing_ambiguous(tmp_path: Path) -> None:
+    """Old code: NaN and Infinity in the output (strict parsers reject them), and a user's
+    {"$bytes": ...} mapping read back as bytes."""
+    with GlobalStateManager.open(tmp_path) as manager:
+        manager.get_conversation_state("c").update(
+            {"nan": math.nan, "inf": math.inf, "blob": b"\x00\x01", "fake": {"$bytes": "AAE="}}
+        )
+    for args in (("export", str(tmp_path), "conversation:c"), ("show", str(tmp_path), "conversation:c")):
+        done = _cli(*args)
+        assert done.returncode == 0, done.stderr
+
+        def strict(token: str) -> None:
+            raise ValueError(f"non-standard JSON token {token}")
+
+        doc = json.loads(done.stdout, parse_constant=strict)
+        state = doc["scopes"][0]["state"] if args[0] == "export" else doc["state"]
+        assert state["nan"] == {"$float": "nan"} and state["inf"] == {"$float": "inf"}
+        assert state["blob"] == {"$bytes": "AAE="}
+        assert state["fake"] == {"$map": {"$bytes": "AAE="}}
+
+
+def test_export_refuses_an_output_inside_the_store_and_writes_atomically(tmp_path: Path) -> None:
+    """Old code: ``export --output`` pointed at data.mdb truncated it and destroyed the store."""
+    store = tmp_path / "store"
+    with GlobalStateManager.open(store) as manager:
+        manager.get_conversation_state("c").set("k", 1)
+    data = store / "data" / "data.mdb"
+    before = data.read_bytes()
+    link = tmp_path / "sneaky"
+    link.symlink_to(store / "data")
+    for target in (data, store / "new.json", link / "data.mdb"):
+        done = _cli("export", str(store), "--output", str(target))
+        assert done.returncode == 2 and "inside the store" in done.stderr, done.stderr
+    assert data.read_bytes() == before and not (store / "new.json").exists()
+    out = tmp_path / "export.json"
+    assert _cli("export", str(store), "--output", str(out)).returncode == 0
+    assert json.loads(out.read_text())["scopes"]
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".victor-actors-export-")]
+    with GlobalStateManager.open(store) as manager:
+        assert manager.scope("conversation:c").get("k") == 1
+
+
+def test_the_cli_refuses_a_truncated_store_with_a_typed_error(tmp_path: Path) -> None:
+    """Old code: ``victor-actors inspect`` died of SIGBUS."""
+    _make_store(tmp_path, conversations=20, commits=20)
+    data = tmp_path / "data" / "data.mdb"
+    with open(data, "r+b") as f:
+        f.truncate(data.stat().st_size // 2)
+    done = _cli("inspect", str(tmp_path))
+    assert done.returncode == 2 and "truncated" in done.stderr, (done.returncode, done.stderr)
+
+
+def test_cli_help_names_what_writes_and_suggests_near_misses(tmp_path: Path) -> None:
+    _make_store(tmp_path, conversations=1, commits=30)
+    top = _cli("--help").stdout
+    assert "never write" in top and "simulate writes" in top
+    assert "the older version" in _cli("diff", "--help").stdout
+    missed = _cli("history", str(tmp_path), "conversation:C0")
+    assert missed.returncode == 2 and "did you mean conversation:c0" in missed.stderr
+    limited = _cli("history", str(tmp_path), "conversation:c0", "--limit", "3")
+    assert limited.returncode == 0 and "the newest 3 of 30" in limited.stdout
+    assert len([line for line in limited.stdout.splitlines() if line.startswith("v")]) == 3
+
+
+def test_the_retention_error_names_the_oldest_stored_version(tmp_path: Path) -> None:
+    with GlobalStateManager.open(tmp_path, checkpoint_every=5, keep_checkpoints=1) as manager:
+        conv = manager.get_conversation_state("c")
+        for i in range(12):
+            conv.set("i", i)
+    done = _cli("show", str(tmp_path), "conversation:c", "--version", "2")
+    assert done.returncode == 2 and "retention keeps v10 to v12" in done.stderr, done.stderr

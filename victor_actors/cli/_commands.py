@@ -8,8 +8,11 @@ itself are raised (the caller prints them on one line, status 2).
 from __future__ import annotations
 
 import argparse
+import contextlib
+import difflib
 import os
 import sys
+import tempfile
 from collections.abc import Mapping
 from typing import Any
 
@@ -40,8 +43,15 @@ def err(message: object) -> None:
 
 def _find(store: Store, ref: ScopeRef) -> ScopeRef:
     if store.scope_record(ref) is None:
-        raise ScopeAccessError(f"no scope {ref} exists")
+        raise ScopeAccessError(f"no scope {ref} exists{did_you_mean(store, ref)}")
     return ref
+
+
+def did_you_mean(store: Store, ref: ScopeRef) -> str:
+    """``"; did you mean conversation:alice?"`` for a near miss among the stored scopes, else ``""``."""
+    names = [str(r.ref) for r in store.scope_records()]
+    close = difflib.get_close_matches(str(ref), names, n=3, cutoff=0.6)
+    return f"; did you mean {' or '.join(close)}?" if close else ""
 
 
 def inspect(manager: GlobalStateManager, store: Store, args: argparse.Namespace) -> int:
@@ -104,7 +114,12 @@ def history(manager: GlobalStateManager, store: Store, args: argparse.Namespace)
     marks = ", ".join(f"v{v}" for v in sorted(ckpts)) or "none"
     print(f"{ref}: {len(logged)} commit(s) in the log{span}; checkpoints: {marks}")
     bad = 0
-    for v in sorted(in_log | set(ckpts)):
+    versions = sorted(in_log | set(ckpts))
+    if args.limit is not None:
+        if len(versions) > args.limit:
+            print(f"(the newest {args.limit} of {len(versions)}; --limit 0 for all)")
+        versions = versions[-args.limit :] if args.limit else versions
+    for v in versions:
         info = ckpts.get(v)
         mark = "" if info is None else f"  [checkpoint{'' if info.label is None else ' ' + repr(info.label)}]"
         if v not in in_log:
@@ -128,7 +143,7 @@ def history(manager: GlobalStateManager, store: Store, args: argparse.Namespace)
 
 
 def show(manager: GlobalStateManager, store: Store, args: argparse.Namespace) -> int:
-    ref, version = args.scope, args.version
+    ref, version = _find(store, args.scope), args.version
     snap = manager.scope(ref).snapshot() if version is None else _state_at(manager, store, ref, version)
     print(to_json(snapshot_dict(snap), pretty=True))
     return 0
@@ -153,12 +168,21 @@ def _section(title: str, lines: list[str]) -> None:
 
 
 def _state_at(manager: GlobalStateManager, store: Store, ref: ScopeRef, version: int) -> ContextSnapshot:
+    _find(store, ref)
     try:
         return manager.state_at(ref, version)
     except CheckpointNotFoundError:
-        newest = max([0, *store.log_versions(ref), *(c.version for c in store.checkpoints(ref))])
+        stored = [*store.log_versions(ref), *(c.version for c in store.checkpoints(ref))]
+        newest = max([0, *stored])
         if version > newest:
             raise CheckpointNotFoundError(f"{ref} has no version {version}; its newest is {newest}") from None
+        if stored:
+            oldest = (
+                min(c.version for c in store.checkpoints(ref)) if store.checkpoints(ref) else min(stored) - 1
+            )
+            raise CheckpointNotFoundError(
+                f"{ref}: version {version} is no longer stored; retention keeps v{oldest} to v{newest}"
+            ) from None
         raise
 
 
@@ -217,7 +241,32 @@ def export(manager: GlobalStateManager, store: Store, args: argparse.Namespace) 
     if args.output is None:
         sys.stdout.write(text)
     else:
-        with open(args.output, "w", encoding="utf-8") as fh:
-            fh.write(text)
+        write_outside(store, args.output, text)
         print(f"wrote {len(scopes)} scope(s) to {args.output}")
     return 0
+
+
+def write_outside(store: Store, output: str, text: str) -> None:
+    """Write ``text`` to ``output`` through a temporary file and a rename, never inside the store.
+
+    Raises:
+        ScopeAccessError: ``output`` is inside the store's directory (also
+            through a symbolic link); nothing was written.
+    """
+    target = os.path.realpath(output)
+    home = os.path.realpath(store.path)
+    if target == home or target.startswith(home + os.sep):
+        raise ScopeAccessError(
+            f"--output {output!r} is inside the store {store.path!r}; the command line only reads "
+            "a store, so nothing was written"
+        )
+    directory = os.path.dirname(target) or "."
+    fd, tmp = tempfile.mkstemp(prefix=".victor-actors-export-", dir=directory)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise

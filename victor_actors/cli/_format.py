@@ -4,27 +4,49 @@ from __future__ import annotations
 
 import base64
 import json
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
 from victor_actors import ContextSnapshot, ScopeRef, StateScope, TransitionType
-from victor_actors.lowlevel import thaw
 from victor_actors.store import CommitRecord
 
-__all__ = ["commit_json", "iso", "plain", "scope_key", "snapshot_dict", "summary", "to_json"]
+__all__ = ["commit_json", "iso", "jsonable", "plain", "scope_key", "snapshot_dict", "summary", "to_json"]
 
 _LEVEL = {scope: i for i, scope in enumerate(StateScope)}
 _KEYED = (TransitionType.UPDATE_STATE, TransitionType.DELETE_STATE)
 
 
-def _json_default(obj: Any) -> Any:
-    if isinstance(obj, bytes):
-        return {"$bytes": base64.b64encode(obj).decode("ascii")}
-    raise TypeError(f"{type(obj).__name__} is not JSON serializable")
+def jsonable(value: Any) -> Any:
+    """A stored value as strict JSON (RFC 8259: no NaN, no Infinity), with nothing ambiguous.
+
+    What JSON cannot say is written as a one-key object whose key starts with
+    ``$``: ``{"$bytes": "<base64>"}``, ``{"$float": "nan" | "inf" | "-inf"}``.
+    A stored mapping that itself has exactly one key starting with ``$``
+    is wrapped as ``{"$map": {...}}``, so a user's ``{"$bytes": "..."}``
+    never reads as bytes.
+    """
+    if isinstance(value, float):
+        if value != value:
+            return {"$float": "nan"}
+        if value in (float("inf"), float("-inf")):
+            return {"$float": "inf" if value > 0 else "-inf"}
+        return value
+    if isinstance(value, bytes):
+        return {"$bytes": base64.b64encode(value).decode("ascii")}
+    if isinstance(value, Mapping):
+        out = {str(k): jsonable(v) for k, v in value.items()}
+        if len(out) == 1 and next(iter(out)).startswith("$"):
+            return {"$map": out}
+        return out
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    return value
 
 
 def to_json(value: Any, *, pretty: bool = False) -> str:
-    return json.dumps(thaw(value), default=_json_default, ensure_ascii=False, indent=2 if pretty else None)
+    """Strict JSON (``allow_nan=False``) of a stored value, see :func:`jsonable`."""
+    return json.dumps(jsonable(value), ensure_ascii=False, allow_nan=False, indent=2 if pretty else None)
 
 
 def plain(_inst: Any, _field: Any, value: Any) -> Any:

@@ -40,7 +40,15 @@ def _version_arg(text: str) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=PROG, description="Read-only views of a victor_actors store.")
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        description=(
+            "Views of a victor_actors store, and the runtime's tools. inspect, history, show, diff and "
+            "export only read a store (also while another process owns it) and never write to it; "
+            "simulate writes a store of its own (a temporary one unless --store is given); bench "
+            "writes only temporary stores."
+        ),
+    )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -55,12 +63,15 @@ def _parser() -> argparse.ArgumentParser:
         return p
 
     command("inspect", views.inspect, "the scope tree with versions, checkpoints and stored bytes", None)
-    command("history", views.history, "one line per stored commit of a scope")
+    history = command("history", views.history, "one line per stored commit of a scope")
+    history.add_argument(
+        "--limit", type=_version_arg, metavar="N", help="only the newest N commits (0: all, the default)"
+    )
     show = command("show", views.show, "a scope's state as JSON (current, or at --version)")
     show.add_argument("--version", type=_version_arg, metavar="V", help="the version to rebuild")
     diff = command("diff", views.diff, "what changed in a scope between two versions")
-    diff.add_argument("v1", type=_version_arg, metavar="V1")
-    diff.add_argument("v2", type=_version_arg, metavar="V2")
+    diff.add_argument("v1", type=_version_arg, metavar="V1", help="the older version")
+    diff.add_argument("v2", type=_version_arg, metavar="V2", help="the newer version")
     export = command("export", views.export, "state, checkpoints and commit log as JSON", "SCOPE?")
     export.add_argument("--json", action="store_true", help="JSON output (the only format; the default)")
     export.add_argument("--output", "-o", metavar="FILE", help="write to FILE instead of stdout")
