@@ -642,3 +642,23 @@ def test_the_retention_error_names_the_oldest_stored_version(tmp_path: Path) -> 
             conv.set("i", i)
     done = _cli("show", str(tmp_path), "conversation:c", "--version", "2")
     assert done.returncode == 2 and "retention keeps v10 to v12" in done.stderr, done.stderr
+
+
+# -- a newcomer's first hour ------------------------------------------------------------------------------
+
+
+def test_simulate_says_what_it_will_do_and_keep_keeps_the_store(tmp_path: Path) -> None:
+    """Old code: no plan before the run, "failures" for injected faults, and no store left to look at."""
+    done = subprocess.run(
+        [sys.executable, "-m", "victor_actors", "simulate", "--quick", "--keep", "--seconds", "1"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "TMPDIR": str(tmp_path)},
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "agents" in done.stderr and "temporary LMDB store at" in done.stderr
+    assert "Injected faults" in done.stderr and "failures" not in done.stderr
+    kept = [p for p in tmp_path.iterdir() if p.name.startswith("victor-actors-simulate-")]
+    assert len(kept) == 1 and f"the store is kept at {kept[0]}" in done.stdout
+    assert _cli("inspect", str(kept[0])).returncode == 0

@@ -6,7 +6,9 @@ import argparse
 import dataclasses
 import json
 import os
+import shutil
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from typing import Any
@@ -66,7 +68,12 @@ def _print_tables(report: dict[str, Any]) -> None:
                 for k, v in value.items()
             ]
             value = ", ".join(parts) or "none"
-        load.add_row(key.replace("_", " "), str(value))
+        elif key.endswith("_seconds"):
+            value = f"{value} s"
+        elif key.endswith("_per_second"):
+            value = f"{value} {key[: -len('_per_second')]}/s"
+        name = key.replace("_", " ") + _ROW_NOTES.get(key, "")
+        load.add_row(name, str(value))
     console.print(load)
     console.print(table)
 
@@ -87,7 +94,7 @@ def _progress(mode: str) -> tuple[Tick | None, Callable[[], None]]:
 
     def tick(done: float, commits: int, failures: int) -> None:
         rate = commits / max(time.monotonic() - began, 1e-6)
-        info = f"{commits} commits ({rate:.0f}/s), {failures} failures so far"
+        info = f"{commits} commits ({rate:.0f} commits/s), {failures} faults injected so far"
         progress.update(task, completed=done, info=info)
 
     return tick, progress.stop
@@ -145,6 +152,11 @@ def add_parser(sub: Any) -> None:
     p.add_argument(
         "--kill", action="store_true", help="SIGKILL a child running the load, then check the store"
     )
+    p.add_argument(
+        "--keep",
+        action="store_true",
+        help="keep the temporary store afterwards and print its path (to try the read-only commands on)",
+    )
     p.add_argument("--report", metavar="FILE", help="write the full JSON report to FILE")
     out = p.add_mutually_exclusive_group()
     out.add_argument("--quiet", action="store_true", help="print only the final verdict line")
@@ -170,18 +182,26 @@ def run_command(args: argparse.Namespace) -> int:
         print(f"victor-actors: error: --store {args.store} is not empty", file=sys.stderr)
         return 2
     mode = "json" if args.json else "quiet" if args.quiet else "rich"
+    temporary = args.store is None
+    path = args.store or tempfile.mkdtemp(prefix="victor-actors-simulate-")
+    if mode == "rich":
+        _print_plan(config, args, path, temporary)
     tick, stop = _progress(mode)
     try:
         if args.kill:
-            report = simulate_kill(config, store=args.store, tick=tick)
+            report = simulate_kill(config, store=path, tick=tick)
         else:
             sink = ack_sink(args.ack_file) if args.ack_file else None
-            report = simulate(config, store=args.store, sink=sink, tick=tick)
+            report = simulate(config, store=path, sink=sink, tick=tick)
     except (VictorActorsError, OSError) as exc:
         stop()
         print(f"victor-actors: error: {exc}", file=sys.stderr)
         return 2
+    finally:
+        if temporary and not args.keep:
+            shutil.rmtree(path, ignore_errors=True)
     stop()
+    report["store"] = None if temporary and not args.keep else path
     if args.report:
         with open(args.report, "w", encoding="utf-8") as fh:
             json.dump(report, fh, indent=2)
@@ -192,4 +212,50 @@ def run_command(args: argparse.Namespace) -> int:
         if mode == "rich":
             _print_tables(report)
         print(_verdict(report))
+        if report["store"] is not None and mode == "rich":
+            print(f"the store is kept at {path}: try `victor-actors inspect {path}`")
     return 0 if report["verdict"] == "PASS" else 1
+
+
+def _print_plan(config: SimConfig, args: argparse.Namespace, path: str, temporary: bool) -> None:
+    """Say before the run what it will do, for how long, and where the store is."""
+    agents = config.teams * config.workflows * config.conversations
+    length = f"{config.steps} turns per agent" if config.steps else f"about {config.seconds:g} s of load"
+    where = f"a temporary LMDB store at {path}" if temporary else f"the LMDB store at {path}"
+    kept = " (deleted afterwards; --keep keeps it)" if temporary and not args.keep else ""
+    faults = ", ".join(
+        f"{name} {config.rate(kind) * 100:g}% of turns"
+        for kind, name in _FAULT_NAMES.items()
+        if config.rate(kind)
+    )
+    lines = [
+        f"victor-actors simulate: {agents} agents ({config.teams} teams x {config.workflows} workflows x "
+        f"{config.conversations} conversations; half on threads, half asyncio tasks), {length}, "
+        f"durability {config.durability}, on {where}{kept}.",
+        f"Turns that request a tool: {config.tool_rate * 100:g}%. Injected faults, as shares of turns: "
+        f"{faults or 'none'}. Those errors are expected: each rejected batch must be refused and each "
+        "crash answered by a restart, and the checks count them.",
+        "Then: "
+        + ("the child is killed with SIGKILL mid-run, " if args.kill else "")
+        + "the store is closed and reopened, and 8 invariants are checked (exit 1 if one fails).",
+    ]
+    print("\n".join(lines), file=sys.stderr)
+
+
+# What a row of the load table means, where its name alone does not say.
+_ROW_NOTES = {
+    "rejected_batches": " (refused / sent; every one must be refused)",
+    "crashes_injected": " (on purpose; each answered by a restart)",
+    "restarts_expected": " (the supervisor's answers to the injected crashes)",
+    "runs_rolled_back": " (on purpose: runs made to time out or raise)",
+    "unexpected_errors": " (errors nobody planned: must be 0)",
+    "errors": " (what callers were answered; each injected crash answers one request ScopeFailedError)",
+}
+
+# What each fault kind (SimConfig.rate) is called on the first screen.
+_FAULT_NAMES = {
+    "reject": "batches that must be refused",
+    "crash": "actor crashes",
+    "timeout": "runs that time out",
+    "raise": "runs that raise",
+}
