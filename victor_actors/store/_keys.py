@@ -12,7 +12,17 @@ import struct
 
 from victor_actors._model import ScopeRef, StateScope
 
-__all__ = ["checkpoint_id", "place", "ref_from_key", "ref_key", "version_of", "versioned_key"]
+__all__ = [
+    "HEAD_SUFFIX",
+    "checkpoint_id",
+    "head_key",
+    "is_head",
+    "place",
+    "ref_from_key",
+    "ref_key",
+    "version_of",
+    "versioned_key",
+]
 
 _KIND = {StateScope.GLOBAL: 0, StateScope.TEAM: 1, StateScope.WORKFLOW: 2, StateScope.CONVERSATION: 3}
 _KIND_BACK = {v: k for k, v in _KIND.items()}
@@ -45,3 +55,17 @@ def checkpoint_id(ref: ScopeRef, version: int) -> str:
 def place(db: str, key: bytes) -> bytes:
     """Where a record lives (its database and key): what its checksum binds it to."""
     return db.encode() + b"/" + key
+
+
+# A scope's head record lives in the log database at the very end of the scope's range (the
+# largest version suffix), next to its newest commit: moving it dirties no page the commit's own
+# put does not already dirty. No commit ever has this version.
+HEAD_SUFFIX = b"\xff" * 8
+
+
+def head_key(ref: ScopeRef) -> bytes:
+    return ref_key(ref) + HEAD_SUFFIX
+
+
+def is_head(key: bytes) -> bool:
+    return key.endswith(HEAD_SUFFIX)

@@ -6,13 +6,14 @@ Layout (named databases in one environment):
 ``log``         ref key + big-endian version -> CommitRecord (one per commit)
 ``ckpt``        ref key + big-endian version -> CheckpointRecord (full state)
 ``quarantine``  db name + original key -> the bytes of a record recovery skipped
-``heads``       ref key -> the scope's newest committed version (8 bytes) and a CRC bound to the key
+(in ``log``)    ref key + ff*8 -> the scope's head: its newest committed version and a CRC bound to the key
 
 Keys (``_keys.py``) sort as bytes, so one scope's history is one ordered
 range scan. Every record's checksum covers its database and key, so a record
 copied or swapped elsewhere reads as corrupt. A scope's head version is kept
-apart from its log (``heads``), so recovery knows how far the log must reach
-and reports a lost tail instead of loading without it. Writes go through the
+apart from its commit records (at the end of its range in ``log``), so
+recovery knows how far the log must reach and reports a lost tail instead of
+loading without it. Writes go through the
 group-commit writer (``_writer.py``); recovery is ``_load.py``; the owner
 lock and the data file's size check are ``_files.py``. Reads use their own
 read transactions, never block the writer, and wait only while the map grows;
@@ -40,7 +41,16 @@ from victor_actors._model import ScopeRef
 from victor_actors._state import ScopeState
 from victor_actors.store._codec import CheckpointRecord, Codec, CommitRecord, ScopeRecord
 from victor_actors.store._files import OwnerLock, check_data_file
-from victor_actors.store._keys import checkpoint_id, place, ref_from_key, ref_key, version_of, versioned_key
+from victor_actors.store._keys import (
+    checkpoint_id,
+    head_key,
+    is_head,
+    place,
+    ref_from_key,
+    ref_key,
+    version_of,
+    versioned_key,
+)
 from victor_actors.store._load import CheckpointInfo, RecoveryReport, load_state
 from victor_actors.store._writer import GroupCommitWriter, ResizeGate, TxnOp, WriteTxn
 
@@ -53,7 +63,7 @@ _HEAD = struct.Struct(">QI")  # version, crc32 over place + version
 
 
 def _head_crc(key: bytes, version: int) -> int:
-    return zlib.crc32(struct.pack(">Q", version), zlib.crc32(place("heads", key)))
+    return zlib.crc32(struct.pack(">Q", version), zlib.crc32(place("log", key)))
 
 
 class Store:
@@ -65,7 +75,7 @@ class Store:
         VictorActorsError: ``path`` holds no store (read-only), or LMDB refused it.
     """
 
-    DBS = ("scopes", "log", "ckpt", "quarantine", "heads")
+    DBS = ("scopes", "log", "ckpt", "quarantine")
 
     def __init__(
         self,
@@ -106,11 +116,7 @@ class Store:
             )
             self.dbs: dict[str, Any] = {}
             for name in self.DBS:
-                try:
-                    self.dbs[name] = self.env.open_db(name.encode(), create=not read_only)
-                except lmdb.NotFoundError:
-                    if name != "heads":  # a store written before heads were kept has none
-                        raise
+                self.dbs[name] = self.env.open_db(name.encode(), create=not read_only)
         except lmdb.Error as exc:
             self._release_lock()
             raise VictorActorsError(f"cannot open a victor_actors store at {self.path!r}: {exc}") from exc
@@ -193,9 +199,9 @@ class Store:
 
     def op_put_head(self, ref: ScopeRef, version: int) -> TxnOp:
         """Record ``version`` as ``ref``'s newest committed version."""
-        key = ref_key(ref)
+        key = head_key(ref)
         raw = _HEAD.pack(version, _head_crc(key, version))
-        return lambda t: t.put("heads", key, raw)
+        return lambda t: t.put("log", key, raw)
 
     def op_put_checkpoint(self, ref: ScopeRef, record: CheckpointRecord, keep: int | None) -> TxnOp:
         key = versioned_key(ref, record.state.version)
@@ -242,7 +248,10 @@ class Store:
                 "nothing was loaded"
             ) from exc
 
-    def _scan(self, db: str, prefix: bytes, *, reverse: bool = False) -> Iterator[tuple[bytes, bytes]]:
+    def _scan(
+        self, db: str, prefix: bytes, *, reverse: bool = False, heads_too: bool = False
+    ) -> Iterator[tuple[bytes, bytes]]:
+        """Records of ``db`` under ``prefix`` in key order (the log's head records only with heads_too)."""
         handle = self.dbs.get(db)
         if handle is None:
             return iter(())
@@ -254,7 +263,8 @@ class Store:
                     for key, value in cur:
                         if not key.startswith(prefix):
                             break
-                        items.append((bytes(key), bytes(value)))
+                        if heads_too or not (db == "log" and is_head(key)):
+                            items.append((bytes(key), bytes(value)))
             return items
 
         items = self._read(scan)
@@ -299,8 +309,8 @@ class Store:
         Raises:
             CheckpointCorruptError: the head record is damaged.
         """
-        key = ref_key(ref)
-        raw = self._get("heads", key)
+        key = head_key(ref)
+        raw = self._get("log", key)
         if raw is None:
             return None
         if len(raw) != _HEAD.size:
@@ -313,7 +323,7 @@ class Store:
     def has_records(self, ref: ScopeRef) -> bool:
         """Whether any commit, checkpoint or head of ``ref`` is stored (with or without its scope record)."""
         prefix = ref_key(ref)
-        if self._get("heads", prefix) is not None:
+        if self._get("log", head_key(ref)) is not None:
             return True
         return any(next(self._scan(db, prefix), None) is not None for db in ("log", "ckpt"))
 
@@ -379,7 +389,7 @@ class Store:
         def op(t: WriteTxn) -> None:
             for db in ("log", "ckpt"):
                 for key in t.keys_in(db, prefix):
-                    if version_of(key) > version:
+                    if version_of(key) > version and not (db == "log" and is_head(key)):
                         raw = t.get(db, key)
                         if raw is not None:
                             t.put("quarantine", db.encode() + b"/" + key, raw)
