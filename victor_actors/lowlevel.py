@@ -15,6 +15,7 @@ from victor_actors._reducer import reset as reset_state
 from victor_actors._rollback import ScopeRollback
 from victor_actors._state import KeyChange, MapView, MessageLog, ScopeState
 from victor_actors._supervision import SupervisionEvent, SupervisionPolicy
+from victor_actors._twins import Step, StepGen, adrive, drive
 from victor_actors._values import FrozenDict, freeze, register_converter, thaw
 from victor_actors.store import SCHEMA_VERSION, CheckpointInfo, Codec, RecoveryReport
 
@@ -33,11 +34,15 @@ __all__ = [
     "RecoveryReport",
     "ScopeRollback",
     "ScopeState",
+    "Step",
+    "StepGen",
     "StepRecord",
     "Strategy",
     "SupervisionEvent",
     "SupervisionPolicy",
     "UnknownHandoffError",
+    "adrive",
+    "drive",
     "freeze",
     "merge",
     "reduce",

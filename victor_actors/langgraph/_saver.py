@@ -34,10 +34,9 @@ from victor_actors import (
     StateTransition,
     VersionConflictError,
 )
-from victor_actors._twins import Step, StepGen, adrive, drive
 from victor_actors.langgraph import _layout as L
 from victor_actors.langgraph._serde import DisallowedTypeError, StrictSerializer
-from victor_actors.lowlevel import MapView
+from victor_actors.lowlevel import MapView, Step, StepGen, adrive, drive
 
 __all__ = ["VictorActorsSaver"]
 

@@ -43,7 +43,7 @@ from victor_actors import (
     VersionConflictError,
     VictorActorsError,
 )
-from victor_actors._twins import Step, StepGen, adrive, drive
+from victor_actors.lowlevel import Step, StepGen, adrive, drive
 from victor_actors.sim._config import KINDS, REJECTS
 from victor_actors.sim._coordinators import message, runner, step_batch
 from victor_actors.sim._hub import Hub
