@@ -662,3 +662,29 @@ def test_simulate_says_what_it_will_do_and_keep_keeps_the_store(tmp_path: Path) 
     kept = [p for p in tmp_path.iterdir() if p.name.startswith("victor-actors-simulate-")]
     assert len(kept) == 1 and f"the store is kept at {kept[0]}" in done.stdout
     assert _cli("inspect", str(kept[0])).returncode == 0
+
+
+def test_an_async_tool_leaves_no_unclosed_event_loop_behind() -> None:
+    """Old code: after "all checks passed" the example printed ``Exception ignored in: <function
+    BaseEventLoop.__del__>``: the tools' event loop was stopped but never closed."""
+    script = textwrap.dedent(
+        """
+        from victor_actors import GlobalStateManager, TransitionBatch
+
+        async def lookup(call):
+            return {"found": call.arguments["q"]}
+
+        with GlobalStateManager.open() as manager:
+            manager.register_tool("lookup", lookup)
+            conv = manager.get_conversation_state("c")
+            conv.apply(TransitionBatch().execute_tool("lookup", {"q": "x"}))
+            manager.quiesce()
+            assert not conv.snapshot().pending_tool_requests
+        print("done")
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-X", "dev", "-c", script], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0 and "done" in done.stdout, done.stderr
+    assert "Exception ignored" not in done.stderr and "unclosed" not in done.stderr, done.stderr
