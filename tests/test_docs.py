@@ -11,13 +11,15 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 FILES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
-FENCE = re.compile(r"^```python([^\n]*)\n(.*?)^```", re.M | re.S)
+# A fence may be indented (a block inside a list item): the block is dedented by the fence's indent.
+FENCE = re.compile(r"^([ \t]*)```python([^\n]*)\n(.*?)^\1```", re.M | re.S)
 
 
 def _blocks() -> list[tuple[str, str, bool]]:
@@ -26,8 +28,10 @@ def _blocks() -> list[tuple[str, str, bool]]:
         text = path.read_text()
         for match in FENCE.finditer(text):
             line = text.count("\n", 0, match.start()) + 1
-            fragment = "fragment" in match.group(1).split()
-            found.append((f"{path.relative_to(ROOT)}:{line}", match.group(2), fragment))
+            indent, info, body = match.groups()
+            code = textwrap.dedent(body) if indent else body
+            fragment = "fragment" in info.split()
+            found.append((f"{path.relative_to(ROOT)}:{line}", code, fragment))
     return found
 
 

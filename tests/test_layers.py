@@ -29,6 +29,7 @@ LAYERS: list[tuple[str, list[str]]] = [
             "_model",
             "_state",
             "_rollback",
+            "_trace",
         ],
     ),
     ("core", ["_reducer"]),
@@ -49,6 +50,8 @@ LAYERS: list[tuple[str, list[str]]] = [
             "cli.*",
             "sim.*",
             "bench.*",
+            "web.*",
+            "otel.*",
         ],
     ),
 ]

@@ -23,6 +23,7 @@ from victor_actors._errors import (
     CheckpointCorruptError,
     CheckpointNotFoundError,
     DeadlineExceededError,
+    EncryptionKeyError,
     RuntimeClosedError,
     ScopeAccessError,
     ScopeClosedError,
@@ -47,6 +48,7 @@ from victor_actors._rollback import RollbackReport, RunFailedError, RunTimeoutEr
 from victor_actors._runs import Run, RunContext
 from victor_actors._state import ContextSnapshot, StateChanged
 from victor_actors._tools import ToolCall, ToolDispatcher
+from victor_actors.store import Keyring
 
 logging.getLogger("victor_actors").addHandler(logging.NullHandler())
 
@@ -61,7 +63,9 @@ __all__ = [
     "CoordinatorResult",
     "CoordinatorRunner",
     "DeadlineExceededError",
+    "EncryptionKeyError",
     "GlobalStateManager",
+    "Keyring",
     "RollbackReport",
     "Run",
     "RunContext",

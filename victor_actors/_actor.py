@@ -123,7 +123,10 @@ class ScopeActor(pykka.ThreadingActor):
         if message.__class__ is PrepareRequest:
             token = RUN_ID.set(message.run_id) if message.run_id is not None else None
             try:
-                self._prepare(message)
+                if message.trace is None:
+                    self._prepare(message)
+                else:  # traced: the same work, in a child span of the coordinator's
+                    message.trace.actor(self._prepare, self._cell)(message)
             finally:
                 if token is not None:
                     RUN_ID.reset(token)
@@ -134,11 +137,13 @@ class ScopeActor(pykka.ThreadingActor):
         if message.__class__ is ApplyRequest:
             token = RUN_ID.set(message.run_id) if message.run_id is not None else None
             try:
+                # traced: the same work, in a child span of the caller's
+                apply = self._apply if message.trace is None else message.trace.actor(self._apply, self._cell)
                 reply = message.reply
                 if reply is None:
-                    return self._apply(message)
+                    return apply(message)
                 try:
-                    result = self._apply(message)
+                    result = apply(message)
                 except Exception as exc:
                     reply.fail(exc)
                 else:

@@ -10,6 +10,7 @@ __all__ = [
     "CheckpointCorruptError",
     "CheckpointNotFoundError",
     "DeadlineExceededError",
+    "EncryptionKeyError",
     "RuntimeClosedError",
     "ScopeAccessError",
     "ScopeClosedError",
@@ -136,4 +137,14 @@ class StoreLockedError(VictorActorsError):
     """Another live manager owns the store for writing; nothing was opened.
 
     Open it with ``read_only=True`` to inspect it meanwhile.
+    """
+
+
+class EncryptionKeyError(VictorActorsError):
+    """The store's encryption and the keys given do not fit; nothing was opened or changed.
+
+    Raised for an encrypted store opened without a keyring, with keys that
+    do not match it, a plaintext store opened with a keyring (unless
+    ``encryption_migrate=True``), and a malformed keyring or key file. The
+    message names key ids, never keys.
     """

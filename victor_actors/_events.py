@@ -15,6 +15,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from victor_actors import _trace
 from victor_actors._context import RUN_ID
 
 __all__ = ["EventBus", "Subscription"]
@@ -100,7 +101,8 @@ class EventBus:
         if self._thread is None:
             self._start()
         self.published += 1
-        self._queue.put((subscribers, event))
+        hooks = _trace.hooks  # traced: subscribers run in the publishing request's context
+        self._queue.put((subscribers, event, None if hooks is None else hooks.capture()))
 
     def _start(self) -> None:
         with self._lock:
@@ -118,9 +120,12 @@ class EventBus:
             if item.__class__ is threading.Event:
                 item.set()  # a barrier: everything queued before it was delivered
                 continue
-            subscribers, event = item
-            for sub in subscribers:
-                sub.deliver(event)
+            subscribers, event, trace = item
+            if trace is None:
+                for sub in subscribers:
+                    sub.deliver(event)
+            else:
+                trace.deliver(subscribers, event)
 
     def close(self, timeout: float = 5.0) -> None:
         """Deliver what is queued, then stop the thread (not waiting on itself)."""

@@ -7,6 +7,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
+from victor_actors import _trace
 from victor_actors._cell import ScopeCell
 from victor_actors._errors import (
     DeadlineExceededError,
@@ -233,18 +234,30 @@ class ScopeHandle:
             In every case nothing of the batch was applied.
         """
         req, wait, parts = self._request(batch, expected_version, timeout, None)
-        if parts is not None:
-            return self._ran(
-                apply_across(
-                    self._kernel, self._cell, parts, expected_version, req.deadline or 0.0, req.run_id
-                )
-            )
+        hooks = _trace.hooks  # traced: the caller's span, current from here until trace.end
+        trace = req.trace = None if hooks is None else hooks.call("apply", self.ref, req, parts is not None)
         try:
-            record: StateChanged = self._kernel.ask(self._cell, req, wait)
-        except DeadlineExceededError:
-            self._unanswered(req)  # it may still commit: a run must look here when it rolls back
+            if parts is not None:
+                record = self._ran(
+                    apply_across(
+                        self._kernel, self._cell, parts, expected_version, req.deadline or 0.0, req.run_id
+                    )
+                )
+            else:
+                try:
+                    record = self._kernel.ask(self._cell, req, wait)
+                except DeadlineExceededError:
+                    self._unanswered(req)  # it may still commit: a run must look here when it rolls back
+                    raise
+                if req.run_id is not None:
+                    record = self._ran(record)
+        except BaseException as exc:
+            if trace is not None:
+                trace.end(None, exc)
             raise
-        return self._ran(record) if req.run_id is not None else record
+        if trace is not None:
+            trace.end(record, None)
+        return record
 
     async def aapply(
         self, batch: BatchLike, *, expected_version: Expected = None, timeout: float | None = None
@@ -253,24 +266,36 @@ class ScopeHandle:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[StateChanged] = loop.create_future()
         req, wait, parts = self._request(batch, expected_version, timeout, AsyncReply(loop, future))
-        if parts is not None:  # the coordinator blocks on votes: run it off the loop
-            run = CURRENT_RUN.get()
-            call = _tracked(run, parts, apply_across)
-            record = await asyncio.to_thread(
-                call, self._kernel, self._cell, parts, expected_version, req.deadline or 0.0, req.run_id
-            )
-            return self._ran(record)
-        await self._kernel.asend(self._cell, req, req.deadline or 0.0)
-        # A plain timer is cheaper than asyncio.timeout() on this hot path.
-        timer = loop.call_later(wait, _expire, future, self.ref, wait)
+        hooks = _trace.hooks  # traced: the caller's span, current from here until trace.end
+        trace = req.trace = None if hooks is None else hooks.call("aapply", self.ref, req, parts is not None)
         try:
-            record = await future
-        except (DeadlineExceededError, asyncio.CancelledError):
-            self._unanswered(req)  # it may still commit: a run must look here when it rolls back
+            if parts is not None:  # the coordinator blocks on votes: run it off the loop
+                run = CURRENT_RUN.get()
+                call = _tracked(run, parts, apply_across)
+                record = await asyncio.to_thread(
+                    call, self._kernel, self._cell, parts, expected_version, req.deadline or 0.0, req.run_id
+                )
+                record = self._ran(record)
+            else:
+                await self._kernel.asend(self._cell, req, req.deadline or 0.0)
+                # A plain timer is cheaper than asyncio.timeout() on this hot path.
+                timer = loop.call_later(wait, _expire, future, self.ref, wait)
+                try:
+                    record = await future
+                except (DeadlineExceededError, asyncio.CancelledError):
+                    self._unanswered(req)  # it may still commit: a run must look here when it rolls back
+                    raise
+                finally:
+                    timer.cancel()
+                if req.run_id is not None:
+                    record = self._ran(record)
+        except BaseException as exc:
+            if trace is not None:
+                trace.end(None, exc)
             raise
-        finally:
-            timer.cancel()
-        return self._ran(record) if req.run_id is not None else record
+        if trace is not None:
+            trace.end(record, None)
+        return record
 
     def _modify(
         self, fn: Callable[[ContextSnapshot], Any], retries: int, timeout: float | None

@@ -23,6 +23,7 @@ from typing import Any, Protocol
 
 import pykka
 
+from victor_actors import _trace
 from victor_actors._cell import Observer, ScopeCell, mailbox_depth
 from victor_actors._errors import (
     BackpressureError,
@@ -166,10 +167,11 @@ class Kernel:
         """The mailbox is full: raise, or say how long to wait before trying again."""
         bound = self.options.mailbox_size
         if self.options.backpressure == "reject":
-            raise BackpressureError(f"{ref}'s mailbox holds {bound} requests; nothing was applied")
+            raise _refused(ref, f"{ref}'s mailbox holds {bound} requests; nothing was applied")
         if time.monotonic() >= deadline:
-            raise BackpressureError(
-                f"{ref}'s mailbox stayed full ({bound}) until the request's deadline; nothing was applied"
+            raise _refused(
+                ref,
+                f"{ref}'s mailbox stayed full ({bound}) until the request's deadline; nothing was applied",
             )
         return 0.001
 
@@ -248,3 +250,11 @@ class Kernel:
             except pykka.ActorDeadError:
                 pass
         return answered
+
+
+def _refused(ref: ScopeRef, message: str) -> BackpressureError:
+    """The error for a refused request (counted when traced)."""
+    hooks = _trace.hooks
+    if hooks is not None:
+        hooks.backpressure(ref)
+    return BackpressureError(message)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import importlib
 import os
 import threading
 import time
@@ -19,7 +20,7 @@ from collections.abc import Callable
 from typing import Any, ClassVar, Unpack
 
 from victor_actors._cell import Observer, ScopeCell
-from victor_actors._errors import ScopeAccessError
+from victor_actors._errors import ScopeAccessError, VictorActorsError
 from victor_actors._events import Subscription
 from victor_actors._handle import ScopeHandle
 from victor_actors._messages import ApplyRequest, RestartRequest
@@ -30,7 +31,7 @@ from victor_actors._runtime import Runtime
 from victor_actors._state import ContextSnapshot, StateChanged
 from victor_actors._supervision import SupervisionEvent, SupervisionPolicy
 from victor_actors._tools import ToolDispatcher
-from victor_actors.store import CheckpointInfo, Codec, RecoveryReport, Store
+from victor_actors.store import CheckpointInfo, Codec, Keyring, RecoveryReport, Store, encrypt_in_place
 
 __all__ = ["GlobalStateManager"]
 
@@ -86,6 +87,8 @@ class GlobalStateManager:
         codec: Codec | None = None,
         map_size: int = 256 * 1024 * 1024,
         supervision: SupervisionPolicy | None = None,
+        encryption: Keyring | None = None,
+        encryption_migrate: bool = False,
         **options: Unpack[OptionArgs],
     ) -> GlobalStateManager:
         """Open a manager: in memory (``path=None``) or on an LMDB store at ``path``.
@@ -107,8 +110,16 @@ class GlobalStateManager:
         (``backpressure="wait"``) or is refused at once (``"reject"``) with
         :class:`BackpressureError`.
 
+        Encryption at rest (see ``docs/security.md``): with ``encryption`` (a
+        :class:`Keyring`) every record is sealed with AES-256-GCM and no key of
+        the store holds a scope id. An encrypted store opens only with the
+        keys it was written with; a plaintext store opened with a keyring is
+        refused unless ``encryption_migrate=True``, which first encrypts it
+        (crash-safe: a rewrite swapped in by renames).
+
         Raises:
             StoreLockedError: another live manager owns ``path`` for writing.
+            EncryptionKeyError: the keys do not fit the store; nothing was opened.
             ValueError: an option is out of range; nothing was opened.
             TypeError: an option has an unknown name; nothing was opened.
         """
@@ -116,9 +127,20 @@ class GlobalStateManager:
         if path is None:
             if read_only:
                 raise ValueError("read_only needs a path")
+            if encryption is not None:
+                raise ValueError("encryption needs a path: an in-memory manager stores nothing")
             return cls(supervision=supervision, **options)
+        if encryption_migrate:
+            if encryption is None or read_only:
+                raise ValueError("encryption_migrate needs a keyring and a writable store")
+            encrypt_in_place(path, encryption, codec=codec, map_size=map_size)
         store = Store(
-            path, read_only=read_only, codec=codec, map_size=map_size, flush_interval=flush_interval
+            path,
+            read_only=read_only,
+            codec=codec,
+            map_size=map_size,
+            flush_interval=flush_interval,
+            encryption=encryption,
         )
         try:
             return cls(store=store, supervision=supervision, **options)
@@ -484,6 +506,30 @@ class GlobalStateManager:
         self._kernel.check_open(GLOBAL_REF)
         wait = self.options.request_timeout if timeout is None else timeout
         self._kernel.ask(self._cell(ref), RestartRequest("restarted by hand"), wait)
+
+    # -- the live inspector -----------------------------------------------------
+
+    def serve(self, *, host: str = "127.0.0.1", port: int = 8765) -> Any:
+        """Serve the web inspector over this running manager; return the server (``.url``, ``.close()``).
+
+        Read-only, bound to ``host`` (localhost by default), and live: it adds
+        what only the owner knows (commits per second, live actors, mailbox
+        depths, supervision events, runs) to the store's views. Needs the
+        ``web`` extra (``pip install 'victor-actors[web]'``); see
+        ``docs/inspector.md``. ``port=0`` picks a free port.
+
+        Raises:
+            VictorActorsError: the ``web`` extra is not installed.
+        """
+        # The inspector sits on top of the facade: it is found by name at call time (the one
+        # plug-in point of the facade, see docs/adr/0013), never imported by this module.
+        try:
+            web = importlib.import_module("victor_actors.web")
+        except ImportError as exc:
+            raise VictorActorsError(
+                f"manager.serve needs the web extra (pip install 'victor-actors[web]'): {exc}"
+            ) from exc
+        return web.serve_manager(self, host=host, port=port)
 
     # -- test hooks (victor_actors.testing) -----------------------------------
 

@@ -25,6 +25,7 @@ import attrs
 from victor_actors._crosstxn import CrossTxn
 from victor_actors._model import StateTransition
 from victor_actors._state import ScopeState
+from victor_actors._trace import Call, Carrier
 
 __all__ = ["ApplyRequest", "AsyncReply", "Barrier", "PrepareRequest", "ResetTo", "RestartRequest"]
 
@@ -68,7 +69,7 @@ def _set_exception(future: asyncio.Future[Any], exc: BaseException) -> None:
 class ApplyRequest:
     """Apply these transitions to the scope, all or nothing."""
 
-    __slots__ = ("deadline", "expected_version", "reply", "reset_to", "run_id", "transitions")
+    __slots__ = ("deadline", "expected_version", "reply", "reset_to", "run_id", "trace", "transitions")
 
     def __init__(
         self,
@@ -85,6 +86,7 @@ class ApplyRequest:
         self.run_id = run_id
         self.reply = reply
         self.reset_to = reset_to
+        self.trace: Call | None = None  # the caller's span, when traced (set by the handle)
 
 
 @attrs.frozen(slots=True)
@@ -99,6 +101,7 @@ class PrepareRequest:
     timestamp: float
     run_id: str | None = None
     work: queue.SimpleQueue[tuple[tuple[StateTransition, ...], tuple[int, ...]] | None] | None = None
+    trace: Carrier | None = None  # the coordinator's trace context, when traced
 
 
 class RestartRequest:

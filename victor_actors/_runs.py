@@ -36,6 +36,7 @@ from typing import Any, Protocol, TypeVar
 
 import attrs
 
+from victor_actors import _trace
 from victor_actors._cell import ScopeCell
 from victor_actors._context import RUN_ID
 from victor_actors._errors import DeadlineExceededError, TransitionValidationError
@@ -45,6 +46,7 @@ from victor_actors._messages import ApplyRequest
 from victor_actors._model import ScopeRef
 from victor_actors._rollback import RollbackReport, RunFailedError, RunTimeoutError, ScopeRollback
 from victor_actors._state import MessageLog, ScopeState, StateChanged
+from victor_actors._trace import RunTrace
 from victor_actors._values import check_text
 
 
@@ -344,10 +346,14 @@ class RunContext:
         self._run = Run(kernel, resolve, session_id, timeout)
         self._tokens: tuple[contextvars.Token[Any], contextvars.Token[Any]] | None = None
         self._timeout_cm: Any = None
+        self._trace: RunTrace | None = None
 
     def __enter__(self) -> Run:
         self._tokens = (CURRENT_RUN.set(self._run), RUN_ID.set(self._run.id))
         self._kernel.runs[self._run.id] = self._run
+        hooks = _trace.hooks
+        if hooks is not None:  # traced: the run's span is current in its body
+            self._trace = hooks.run(self._run)
         return self._run
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
@@ -374,6 +380,9 @@ class RunContext:
             self._reset()
 
     def _reset(self) -> None:
+        if self._trace is not None:
+            self._trace.end(self._run.status)
+            self._trace = None
         if self._tokens is not None:
             CURRENT_RUN.reset(self._tokens[0])
             RUN_ID.reset(self._tokens[1])
@@ -389,6 +398,8 @@ class RunContext:
             reason = "timed out" if timed_out and exc is None else f"{type(exc).__name__}: {exc}"
             report = run.rollback(reason)
             run.status = "rolled_back"
+            if self._trace is not None:
+                self._trace.rolled_back(report)
         finally:
             run._close()
             self._kernel.runs.pop(run.id, None)

@@ -45,6 +45,7 @@ from typing import Any
 import attrs
 import pykka
 
+from victor_actors import _trace
 from victor_actors._cell import ScopeCell
 from victor_actors._events import Subscription
 from victor_actors._kernel import Kernel
@@ -228,6 +229,14 @@ class Supervision:
 
     def reload(self, cell: ScopeCell, reason: str) -> None:
         """Rebuild ``cell``'s state from its last committed state (on its actor's thread)."""
+        hooks = _trace.hooks
+        if hooks is None:
+            self._reload(cell, reason)
+            return
+        with hooks.restart(cell, reason):  # traced: the restart's span
+            self._reload(cell, reason)
+
+    def _reload(self, cell: ScopeCell, reason: str) -> None:
         state = cell.state
         try:
             loaded = self._load_committed(cell)

@@ -32,11 +32,13 @@ from typing import Any
 
 import attrs
 
+from victor_actors import _trace
 from victor_actors._context import RUN_ID
 from victor_actors._errors import VictorActorsError
 from victor_actors._kernel import Kernel
 from victor_actors._model import ScopeRef, TransitionBatch
 from victor_actors._runs import CURRENT_RUN, Run
+from victor_actors._trace import Carrier
 from victor_actors._values import freeze, thaw
 
 __all__ = ["ToolCall", "ToolDispatcher"]
@@ -118,6 +120,8 @@ class ToolDispatcher:
         self, ref: ScopeRef, requests: tuple[Any, ...], *, redelivery: bool = False, run_id: str | None = None
     ) -> None:
         """Hand committed requests to their executors (called after the commit is published)."""
+        hooks = _trace.hooks  # traced: executors run in the committing request's context
+        trace = None if hooks is None else hooks.capture()
         for request in requests:
             name = request["tool_name"]
             tool = self._tools.get(name)
@@ -138,7 +142,7 @@ class ToolDispatcher:
                 if redelivery:
                     self.redelivered += 1
             call = ToolCall(request["request_id"], name, thaw(request["arguments"]), ref, redelivery, run_id)
-            self._executor().submit(self._run, tool, call)
+            self._executor().submit(self._run, tool, call, trace)
 
     def _still_pending(self, ref: ScopeRef, request_id: str) -> bool:
         # A result is published before its request leaves _inflight, so under our lock a
@@ -166,17 +170,19 @@ class ToolDispatcher:
                 self._loop, self._loop_thread = loop, thread
             return self._loop
 
-    def _run(self, tool: _Tool, call: ToolCall) -> None:
+    def _run(self, tool: _Tool, call: ToolCall, trace: Carrier | None = None) -> None:
         result: Any = None
         error: str | None = None
         started = time.monotonic()
+        fn = tool.fn if trace is None else trace.tool(tool.fn, call, tool.is_async)
+        apply_result = self._apply_result if trace is None else trace.bind(self._apply_result)
         try:
             future: Any
             if tool.is_async:
-                future = asyncio.run_coroutine_threadsafe(tool.fn(call), self._event_loop())
+                future = asyncio.run_coroutine_threadsafe(fn(call), self._event_loop())
             else:
                 assert self._calls is not None
-                future = self._calls.submit(self._call, tool.fn, call)
+                future = self._calls.submit(self._call, fn, call)
             try:
                 result = future.result(timeout=tool.timeout)
             except (FutureTimeout, TimeoutError):
@@ -201,7 +207,7 @@ class ToolDispatcher:
             batch = TransitionBatch().tool_result(
                 call.tool_name, _storable(result), request_id=call.request_id, error=error
             )
-            self._apply_result(call.scope, batch)
+            apply_result(call.scope, batch)
         except VictorActorsError as exc:
             # rolled back, answered by someone else, scope closed or the manager closing: nothing to record
             logger.info("result of %s (%s) not recorded: %s", call.tool_name, call.request_id, exc)

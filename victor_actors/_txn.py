@@ -36,6 +36,7 @@ from typing import Any
 
 import attrs
 
+from victor_actors import _trace
 from victor_actors._cell import ScopeCell
 from victor_actors._crosstxn import ABORTED, COMMITTED, GRACE, CrossTxn
 from victor_actors._errors import (
@@ -135,6 +136,8 @@ def apply_across(
     """Run the protocol for ``parts``; return the applying scope's record."""
     applying = cell.state.ref
     participants = _participants(cell, parts)
+    hooks = _trace.hooks
+    trace = None if hooks is None else hooks.capture()  # each participant's span: a child of the caller's
     txn = CrossTxn(deadline)
     commit_id = kernel.new_commit_id()
     now = time.time()
@@ -156,6 +159,7 @@ def apply_across(
             commit_id,
             now,
             run_id,
+            trace=trace,
         )
         try:
             kernel.tell(participant, req, deadline)
@@ -242,6 +246,8 @@ def transact(
         if ref != applying and ref not in lineage:
             raise ScopeAccessError(f"transact can lock only {applying} and its ancestors, not {ref}")
     participants = _participants(cell, set(lock) | {applying})
+    hooks = _trace.hooks
+    trace = None if hooks is None else hooks.capture()
     txn = CrossTxn(deadline)
     commit_id = kernel.new_commit_id()
     now = time.time()
@@ -251,7 +257,9 @@ def transact(
         work: queue.SimpleQueue[Any] = queue.SimpleQueue()
         try:
             kernel.tell(
-                participant, PrepareRequest(txn, None, (), None, commit_id, now, run_id, work), deadline
+                participant,
+                PrepareRequest(txn, None, (), None, commit_id, now, run_id, work, trace),
+                deadline,
             )
         except VictorActorsError as exc:
             error = exc

@@ -15,6 +15,7 @@ _DISTRIBUTIONS = {
     "langgraph.checkpoint.sqlite": "langgraph-checkpoint-sqlite",
     "langgraph_checkpoint_lmdb": "langgraph-checkpoint-lmdb",
     "matplotlib": "matplotlib",
+    "opentelemetry.sdk": "opentelemetry-sdk",
 }
 
 
@@ -43,6 +44,12 @@ BENCHMARKS: dict[str, Bench] = {
         # store and agent measure ours without LangGraph; only their LangGraph peers need the extra
         Bench("store", "durable commits/s vs SqliteSaver puts; bytes on disk after 1,000 steps"),
         Bench("agent", "agent step vs a one-node LangGraph StateGraph with SqliteSaver"),
+        Bench("security", "encryption at rest vs plaintext: durable commits/s, reopen time, bytes on disk"),
+        Bench(
+            "otel",
+            "apply p50: the otel extra imported but off vs never imported, and instrumented",
+            needs=("opentelemetry.sdk",),
+        ),
         Bench("scale", "passivation of 100,000 conversations under a cap", default=False),
         Bench(
             "langgraph",

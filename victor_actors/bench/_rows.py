@@ -109,6 +109,32 @@ def _agent(key: str, base: str = "langgraph_sqlite") -> Callable[[Json], tuple[f
     return values
 
 
+def _security(key: str) -> Callable[[Json], tuple[float, float, str]]:
+    def values(r: Json) -> tuple[float, float, str]:
+        note = f"{r['rounds']} interleaved rounds x {r['commits_per_round']} commits"
+        table = {"rates": r["rates"], "reopen_seconds": r["reopen_seconds"], "bytes": r["bytes"]}[key]
+        return float(table["encrypted"]), float(table["plain"]), note
+
+    return values
+
+
+def _otel_disabled(r: Json) -> tuple[float, float, str]:
+    d = r["disabled"]
+    note = (
+        f"{d['processes_per_side']} processes each, alternating; "
+        f"echo-normalised {d['ratio_p50_echo_normalised']:.3f}x"
+    )
+    return float(d["imported_p50_us"]), float(d["plain_p50_us"]), note
+
+
+def _otel_enabled(key: str, what: str) -> Callable[[Json], tuple[float, float, str]]:
+    def values(r: Json) -> tuple[float, float, str]:
+        e = r["enabled"]
+        return float(e[key]["median_us"]), float(e["off"]["median_us"]), what
+
+    return values
+
+
 def _startup_sizes(r: Json) -> list[str]:
     return sorted(r["sizes"], key=int)
 
@@ -165,6 +191,18 @@ ROWS: tuple[RowSpec, ...] = (
        _agent("ours_memory"), LANGGRAPH),
     _R("agent_durable", "agent", "agent step, durable / the same in memory (no store)", "steps/s", "higher",
        _agent("ours_sync", "ours_memory")),
+    _R("security_commits", "security", "durable commits/s, encrypted / plaintext", "ops/s", "higher",
+       _security("rates")),
+    _R("security_reopen", "security", "reopen and read every scope, encrypted / plaintext", "s", "lower",
+       _security("reopen_seconds")),
+    _R("security_bytes", "security", "data.mdb bytes, encrypted / plaintext", "B", "lower",
+       _security("bytes")),
+    _R("otel_disabled", "otel", "apply p50, otel extra imported but off / never imported", "us", "lower",
+       _otel_disabled),
+    _R("otel_enabled", "otel", "apply p50, instrumented (OTel SDK) / not instrumented", "us", "lower",
+       _otel_enabled("sdk", "same process; batched span export, a metric reader")),
+    _R("otel_noop", "otel", "apply p50, instrumented (no-op providers) / not instrumented", "us", "lower",
+       _otel_enabled("noop", "same process; the hooks' own cost")),
     _R("startup_small", "startup", "start N scope actors / N bare pykka actors (smaller N)", "s", "lower",
        _startup(0)),
     _R("startup_large", "startup", "start N scope actors / N bare pykka actors (larger N)", "s", "lower",

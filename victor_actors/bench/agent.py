@@ -17,7 +17,6 @@ subject is skipped (``skipped`` in the JSON says why); ours still run, durable a
 
 from __future__ import annotations
 
-import argparse
 import gc
 import json
 import platform
@@ -34,7 +33,7 @@ from victor_actors import (
     GlobalStateManager,
     TransitionBatch,
 )
-from victor_actors.bench._common import version_of
+from victor_actors.bench._common import quick_and_json, version_of
 from victor_actors.bench._peers import Messages, langgraph
 
 START_MESSAGES = 100
@@ -86,12 +85,7 @@ def theirs(graph: Any, name: str, steps: int) -> float:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--quick", action="store_true", help="a short smoke run")
-    parser.add_argument("--json", metavar="FILE", help="write the results as JSON")
-    args = parser.parse_args()
+    args = quick_and_json(__doc__)
     rounds, steps = (2, 30) if args.quick else (6, 150)
     lg = langgraph()
     skipped = {"langgraph": lg} if isinstance(lg, str) else {}

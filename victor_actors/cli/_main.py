@@ -16,13 +16,15 @@ import lmdb
 
 import victor_actors.bench as bench
 import victor_actors.sim as sim
-from victor_actors import GlobalStateManager, ScopeRef, VictorActorsError, __version__
+import victor_actors.web as web
+from victor_actors import GlobalStateManager, Keyring, ScopeRef, VictorActorsError, __version__
 from victor_actors.cli import _commands as views
-from victor_actors.store import Store
+from victor_actors.store import Store, rekey
 
 __all__ = ["main"]
 
 PROG = views.PROG
+KEYS_ENV = "VICTOR_ACTORS_KEYS"
 Command = Callable[[GlobalStateManager, Store, argparse.Namespace], int]
 
 
@@ -39,6 +41,41 @@ def _version_arg(text: str) -> int:
     return int(text)
 
 
+def add_key_file(parser: argparse.ArgumentParser) -> None:
+    """``--key-file FILE`` for commands that read a store (else ``$VICTOR_ACTORS_KEYS``, else no key)."""
+    parser.add_argument(
+        "--key-file",
+        metavar="FILE",
+        help=f"the key file of an encrypted store (mode 0600); default: ${KEYS_ENV} if set",
+    )
+
+
+def keyring_of(args: argparse.Namespace) -> Keyring | None:
+    """The keyring the command was given, or None (a plaintext store).
+
+    Raises:
+        EncryptionKeyError: the key file or the variable is unreadable or malformed.
+    """
+    path = getattr(args, "key_file", None)
+    if path:
+        return Keyring.from_file(path)
+    if os.environ.get(KEYS_ENV):
+        return Keyring.from_env(KEYS_ENV)
+    return None
+
+
+def _rekey(args: argparse.Namespace) -> int:
+    try:
+        new = Keyring.from_file(args.key_file)
+        old = Keyring.from_file(args.old_key_file) if args.old_key_file else None
+        written = rekey(args.path, new, old)
+    except (VictorActorsError, OSError) as exc:
+        views.err(exc)
+        return 2
+    print(f"rekeyed {args.path}: {written} records under key {new.active!r}; the old key is no longer needed")
+    return 0
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=PROG,
@@ -46,7 +83,7 @@ def _parser() -> argparse.ArgumentParser:
             "Views of a victor_actors store, and the runtime's tools. inspect, history, show, diff and "
             "export only read a store (also while another process owns it) and never write to it; "
             "simulate writes a store of its own (a temporary one unless --store is given); bench "
-            "writes only temporary stores."
+            "writes only temporary stores; rekey rewrites a store under a new key."
         ),
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
@@ -55,6 +92,7 @@ def _parser() -> argparse.ArgumentParser:
     def command(name: str, run: Command, text: str, scope: str | None = "SCOPE") -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=text, description=text)
         p.add_argument("path", metavar="PATH", help="the store directory")
+        add_key_file(p)
         if scope == "SCOPE":
             p.add_argument("scope", type=_ref_arg, metavar="SCOPE", help="a scope ref, e.g. conversation:c1")
         elif scope == "SCOPE?":
@@ -75,7 +113,24 @@ def _parser() -> argparse.ArgumentParser:
     export = command("export", views.export, "state, checkpoints and commit log as JSON", "SCOPE?")
     export.add_argument("--json", action="store_true", help="JSON output (the only format; the default)")
     export.add_argument("--output", "-o", metavar="FILE", help="write to FILE instead of stdout")
+    rekey = sub.add_parser(
+        "rekey",
+        help="rewrite an encrypted (or plaintext) store under a new key; this command writes",
+        description=(
+            "Rewrite every record and key of the store at PATH under the active key of --key-file, into a "
+            "fresh environment swapped in by renames: a crash at any point leaves the old store or the new "
+            "one, whole. Afterwards the old key is not needed. The store must not be open elsewhere."
+        ),
+    )
+    rekey.add_argument("path", metavar="PATH", help="the store directory")
+    rekey.add_argument("--key-file", required=True, metavar="NEW", help="the new key file (mode 0600)")
+    rekey.add_argument(
+        "--old-key-file",
+        metavar="OLD",
+        help="the key file the store is encrypted with now (none: it is plaintext)",
+    )
     sim.add_parser(sub)
+    web.add_parser(sub)
     bench.add_parser(sub)
     return parser
 
@@ -90,9 +145,18 @@ def main(argv: list[str] | None = None) -> int:
         return sim.run_command(args)
     if args.command == "bench":  # runs the benchmarks: not a view of a store
         return bench.run_command(args)
+    if args.command == "serve":  # serves a read-only view until stopped
+        try:
+            keyring = keyring_of(args)
+        except VictorActorsError as exc:
+            views.err(exc)
+            return 2
+        return web.run_command(args, encryption=keyring)
+    if args.command == "rekey":
+        return _rekey(args)
     run: Command = args.run
     try:
-        with GlobalStateManager.open(args.path, read_only=True) as manager:
+        with GlobalStateManager.open(args.path, read_only=True, encryption=keyring_of(args)) as manager:
             store = manager.store
             assert store is not None
             return run(manager, store, args)

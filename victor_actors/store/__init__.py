@@ -7,8 +7,10 @@ and codec it writes, and the reports recovery and checkpoint listing return.
 from __future__ import annotations
 
 from victor_actors.store._codec import SCHEMA_VERSION, CheckpointRecord, Codec, CommitRecord, ScopeRecord
+from victor_actors.store._crypto import Keyring
 from victor_actors.store._keys import checkpoint_id, ref_from_key, ref_key, version_of, versioned_key
 from victor_actors.store._load import CheckpointInfo, RecoveryReport, apply_record
+from victor_actors.store._rekey import encrypt_in_place, is_encrypted, rekey
 from victor_actors.store._store import Store
 from victor_actors.store._writer import TxnOp, WriteTxn
 
@@ -18,12 +20,16 @@ __all__ = [
     "CheckpointRecord",
     "Codec",
     "CommitRecord",
+    "Keyring",
     "RecoveryReport",
     "ScopeRecord",
     "Store",
     "TxnOp",
     "WriteTxn",
     "apply_record",
+    "encrypt_in_place",
+    "is_encrypted",
+    "rekey",
     "checkpoint_id",
     "ref_from_key",
     "ref_key",

@@ -22,7 +22,15 @@ from typing import IO
 
 from victor_actors._errors import CheckpointCorruptError, StoreLockedError
 
-__all__ = ["OwnerLock", "check_data_file"]
+__all__ = ["NEXT", "PREVIOUS", "OwnerLock", "check_data_file", "finish_swap", "swap_in"]
+
+# A rewrite (rekey, encryption) writes a whole new store in NEXT beside the data, marks it COMPLETE,
+# then swaps directories: data -> PREVIOUS, NEXT/data -> data. Each step is a rename, and
+# finish_swap() carries an interrupted swap through (or drops an incomplete copy) on the next
+# open, so after a crash at any point the store is either the old one or the new one, whole.
+NEXT = "rewrite.next"
+PREVIOUS = "rewrite.previous"
+COMPLETE = "COMPLETE"
 
 _MAGIC = 0xBEEFC0DE
 _PAGE_HEADER = 16  # mp_pgno (8), mp_pad (2), mp_flags (2), mp_lower (2), mp_upper (2)
@@ -109,3 +117,47 @@ class OwnerLock:
                 fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
             finally:
                 handle.close()
+
+
+def _fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def swap_in(store_path: str) -> None:
+    """Replace the store's data with the complete rewrite in ``NEXT`` (two renames), then clean up."""
+    nxt = os.path.join(store_path, NEXT)
+    with open(os.path.join(nxt, COMPLETE), "w") as marker:
+        marker.write("complete\n")
+        marker.flush()
+        os.fsync(marker.fileno())
+    _fsync_dir(nxt)
+    finish_swap(store_path)
+
+
+def finish_swap(store_path: str) -> None:
+    """Carry an interrupted rewrite through, or drop an incomplete one; a no-op when there is none."""
+    import shutil
+
+    data = os.path.join(store_path, "data")
+    nxt = os.path.join(store_path, NEXT)
+    prev = os.path.join(store_path, PREVIOUS)
+    if os.path.isdir(nxt) and not os.path.exists(os.path.join(nxt, COMPLETE)):
+        shutil.rmtree(nxt, ignore_errors=True)  # the copy never finished: the old store is whole
+    if os.path.exists(os.path.join(nxt, COMPLETE)):
+        if os.path.isdir(os.path.join(nxt, "data")):
+            if os.path.isdir(data):
+                if os.path.isdir(prev):
+                    shutil.rmtree(prev)
+                os.rename(data, prev)
+            os.rename(os.path.join(nxt, "data"), data)
+            _fsync_dir(store_path)
+        shutil.rmtree(nxt, ignore_errors=True)
+    if os.path.isdir(prev):
+        if os.path.isdir(data):
+            shutil.rmtree(prev, ignore_errors=True)
+        else:  # cannot happen by the steps above; never lose the only copy
+            os.rename(prev, data)

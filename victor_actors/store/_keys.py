@@ -8,6 +8,8 @@ reads it.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import struct
 
 from victor_actors._model import ScopeRef, StateScope
@@ -69,3 +71,50 @@ def head_key(ref: ScopeRef) -> bytes:
 
 def is_head(key: bytes) -> bool:
     return key.endswith(HEAD_SUFFIX)
+
+
+# An encrypted store's scope key: the level byte and the first 16 bytes (128 bits) of the HMAC, as
+# truncated HMAC-SHA-256 is used for identifiers elsewhere; a collision among even a billion scopes
+# has a chance of about 1e-21.
+_HASHED_ID = 16
+
+
+class Layout:
+    """How one store spells its keys: with the scope id (plaintext) or a keyed hash of it (encrypted).
+
+    An encrypted store's scope key is the level byte and HMAC-SHA-256 of the
+    id under ``id_key``, truncated to 128 bits: no id is readable from a key. Both spellings are
+    followed by the big-endian version (or the head suffix), so a scope's
+    history is one range scan either way.
+    """
+
+    __slots__ = ("id_key",)
+
+    def __init__(self, id_key: bytes | None = None) -> None:
+        self.id_key = id_key
+
+    @property
+    def hashed(self) -> bool:
+        return self.id_key is not None
+
+    def ref_key(self, ref: ScopeRef) -> bytes:
+        if self.id_key is None:
+            return ref_key(ref)
+        digest = hmac.new(self.id_key, ref.id.encode("utf-8"), hashlib.sha256).digest()
+        return bytes([_KIND[ref.scope]]) + digest[:_HASHED_ID]
+
+    def versioned_key(self, ref: ScopeRef, version: int) -> bytes:
+        return self.ref_key(ref) + _VERSION.pack(version)
+
+    def head_key(self, ref: ScopeRef) -> bytes:
+        return self.ref_key(ref) + HEAD_SUFFIX
+
+    def prefix_of(self, key: bytes) -> bytes:
+        """The scope part of a versioned (or head) key."""
+        if self.id_key is not None:
+            return bytes(key[: 1 + _HASHED_ID])
+        _kind, n = _PREFIX.unpack_from(key)
+        return bytes(key[: _PREFIX.size + n])
+
+
+PLAIN = Layout()

@@ -20,6 +20,12 @@ from victor_actors.store._keys import place, ref_key, version_of
 __all__ = ["CheckpointInfo", "RecoveryReport", "apply_record", "load_state"]
 
 Scan = Callable[..., Iterator[tuple[bytes, bytes]]]
+# unseal(raw, place, what): the plaintext record stored at place (raises CheckpointCorruptError)
+Unseal = Callable[[bytes, bytes, str], bytes]
+
+
+def _plain(raw: bytes, _place: bytes, _what: str) -> bytes:
+    return raw
 
 
 @attrs.frozen(slots=True)
@@ -60,6 +66,8 @@ def load_state(
     upto: int | None = None,
     head: int | None = None,
     head_note: str | None = None,
+    prefix: bytes | None = None,
+    unseal: Unseal = _plain,
 ) -> tuple[ScopeState, RecoveryReport]:
     """Rebuild ``ref``'s state: the newest good checkpoint plus a replay of later commits.
 
@@ -70,7 +78,8 @@ def load_state(
     the missing tail, and records above it (which no commit wrote) are
     ignored and reported. What was skipped is in the report.
     """
-    prefix = ref_key(ref)
+    if prefix is None:
+        prefix = ref_key(ref)
     ckpt_items = list(scan("ckpt", prefix, reverse=True))
     log_items = [(version_of(k), k, v) for k, v in scan("log", prefix)]
     stored = max([v for v, _k, _v in log_items] + [version_of(k) for k, _ in ckpt_items] + [0])
@@ -89,7 +98,9 @@ def load_state(
         if version > target:
             continue
         try:
-            record = codec.decode_checkpoint(raw, ref=ref, version=version, place=place("ckpt", key))
+            where = place("ckpt", key)
+            plain = unseal(raw, where, f"checkpoint v{version} of {ref}")
+            record = codec.decode_checkpoint(plain, ref=ref, version=version, place=where)
             starts.append((record.state, version))
             break
         except CheckpointCorruptError as exc:
@@ -120,7 +131,10 @@ def load_state(
             skipped.append(f"commit v{state.version + 1} is missing")
             break
         try:
-            rec = codec.decode_commit(raw, ref=ref, version=version, place=place("log", key))
+            where = place("log", key)
+            rec = codec.decode_commit(
+                unseal(raw, where, f"commit v{version} of {ref}"), ref=ref, version=version, place=where
+            )
             state = apply_record(state, rec)
         except CheckpointCorruptError as exc:
             if exc.fatal:

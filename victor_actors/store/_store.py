@@ -30,27 +30,21 @@ from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 import lmdb
+import msgpack
 
 from victor_actors._errors import (
     CheckpointCorruptError,
     CheckpointNotFoundError,
+    EncryptionKeyError,
     ScopeFailedError,
     VictorActorsError,
 )
 from victor_actors._model import ScopeRef
 from victor_actors._state import ScopeState
 from victor_actors.store._codec import CheckpointRecord, Codec, CommitRecord, ScopeRecord
-from victor_actors.store._files import OwnerLock, check_data_file
-from victor_actors.store._keys import (
-    checkpoint_id,
-    head_key,
-    is_head,
-    place,
-    ref_from_key,
-    ref_key,
-    version_of,
-    versioned_key,
-)
+from victor_actors.store._crypto import Keyring, Sealer
+from victor_actors.store._files import OwnerLock, check_data_file, finish_swap
+from victor_actors.store._keys import PLAIN, Layout, checkpoint_id, is_head, place, ref_from_key, version_of
 from victor_actors.store._load import CheckpointInfo, RecoveryReport, load_state
 from victor_actors.store._writer import GroupCommitWriter, ResizeGate, TxnOp, WriteTxn
 
@@ -59,6 +53,8 @@ __all__ = ["Store"]
 logger = logging.getLogger("victor_actors")
 
 T = TypeVar("T")
+META_KEY = b"format"  # in the meta database: whether the store is encrypted, and under which id key
+KEY_CHECK = b"victor-actors keyring check v1"  # sealed in the meta record: do the keys fit?
 _HEAD = struct.Struct(">QI")  # version, crc32 over place + version
 
 
@@ -69,13 +65,20 @@ def _head_crc(key: bytes, version: int) -> int:
 class Store:
     """One LMDB environment, owned by one manager for writing.
 
+    With ``encryption`` (a :class:`Keyring`) every record is sealed and no
+    key holds a scope id (see ``_crypto.py``); an encrypted store refuses to
+    open without the keys it was written with.
+
     Raises:
         StoreLockedError: another live manager owns ``path`` for writing.
+        EncryptionKeyError: the store is encrypted and no keyring (or one
+            without its keys) was given, or it is plaintext and a keyring was
+            given without ``encryption_migrate=True``; nothing was opened.
         CheckpointCorruptError: the data file is truncated or unreadable; nothing was opened.
         VictorActorsError: ``path`` holds no store (read-only), or LMDB refused it.
     """
 
-    DBS = ("scopes", "log", "ckpt", "quarantine")
+    DBS = ("scopes", "log", "ckpt", "quarantine", "meta")
 
     def __init__(
         self,
@@ -86,6 +89,7 @@ class Store:
         map_size: int = 256 * 1024 * 1024,
         flush_interval: float = 0.05,
         max_batch: int = 2048,
+        encryption: Keyring | None = None,
     ) -> None:
         self.path = os.fspath(path)
         self.read_only = read_only
@@ -94,34 +98,21 @@ class Store:
         self.max_batch = max_batch
         self.gate = ResizeGate()
         self._owner: OwnerLock | None = None
-        data = os.path.join(self.path, "data")
-        data_file = os.path.join(data, "data.mdb")
-        if read_only:
-            if not os.path.isfile(data_file):
-                raise VictorActorsError(f"no victor_actors store at {self.path!r}")
-        else:
-            os.makedirs(data, exist_ok=True)
-            self._owner = OwnerLock(self.path, data_file)
+        if encryption is not None and not isinstance(encryption, Keyring):
+            raise EncryptionKeyError(f"encryption takes a Keyring, not {type(encryption).__name__}")
+        finish_swap(self.path)
+        self._open(map_size)
         try:
-            check_data_file(data_file)
-            self.env = lmdb.open(
-                data,
-                map_size=map_size,
-                max_dbs=len(self.DBS) + 2,
-                readonly=read_only,
-                sync=True,
-                metasync=True,
-                readahead=False,
-                max_readers=1024,
-            )
-            self.dbs: dict[str, Any] = {}
-            for name in self.DBS:
-                self.dbs[name] = self.env.open_db(name.encode(), create=not read_only)
-        except lmdb.Error as exc:
-            self._release_lock()
-            raise VictorActorsError(f"cannot open a victor_actors store at {self.path!r}: {exc}") from exc
+            meta = self._meta()
+            if meta is None and encryption is not None and not self._is_empty():
+                raise EncryptionKeyError(
+                    f"the store at {self.path!r} is not encrypted and holds {self.scope_count()} scopes; "
+                    "open it without a keyring, or with encryption_migrate=True to encrypt it first "
+                    "(GlobalStateManager.open); nothing was opened"
+                )
+            self.layout, self.sealer = self._keys_for(meta, encryption)
         except BaseException:
-            self._release_lock()
+            self._close_env()
             raise
         self._closed = False
         self._writer: GroupCommitWriter | None = None
@@ -134,6 +125,119 @@ class Store:
                 flush_interval=flush_interval,
                 max_batch=max_batch,
             )
+
+    def _open(self, map_size: int) -> None:
+        data = os.path.join(self.path, "data")
+        data_file = os.path.join(data, "data.mdb")
+        if self.read_only:
+            if not os.path.isfile(data_file):
+                raise VictorActorsError(f"no victor_actors store at {self.path!r}")
+        else:
+            os.makedirs(data, exist_ok=True)
+            self._owner = OwnerLock(self.path, data_file)
+        try:
+            check_data_file(data_file)
+            self.env = lmdb.open(
+                data,
+                map_size=map_size,
+                max_dbs=len(self.DBS) + 2,
+                readonly=self.read_only,
+                sync=True,
+                metasync=True,
+                readahead=False,
+                max_readers=1024,
+            )
+            self._env_open = True
+            self.dbs: dict[str, Any] = {}
+            for name in self.DBS:
+                try:
+                    self.dbs[name] = self.env.open_db(name.encode(), create=not self.read_only)
+                except lmdb.NotFoundError:
+                    if name != "meta":  # a store from before meta records has none
+                        raise
+        except lmdb.Error as exc:
+            self._release_lock()
+            raise VictorActorsError(f"cannot open a victor_actors store at {self.path!r}: {exc}") from exc
+        except BaseException:
+            self._release_lock()
+            raise
+
+    def _close_env(self) -> None:
+        if getattr(self, "_env_open", False):
+            self._env_open = False
+            self.env.close()
+        self._release_lock()
+
+    def _meta(self) -> dict[str, Any] | None:
+        raw = self._get("meta", META_KEY)
+        if raw is None:
+            return None
+        try:
+            meta = msgpack.unpackb(raw, raw=False)
+            if not isinstance(meta, dict) or meta.get("format") != 1:
+                raise ValueError("not a format-1 meta record")
+            return meta
+        except Exception as exc:
+            raise CheckpointCorruptError(
+                f"the store's meta record is unreadable ({exc}); nothing was opened"
+            ) from None
+
+    def _is_empty(self) -> bool:
+        return all(
+            next(self._scan(db, b"", heads_too=True), None) is None for db in ("scopes", "log", "ckpt")
+        )
+
+    def scope_count(self) -> int:
+        """How many scope records the store holds (readable without keys)."""
+
+        def count() -> int:
+            with self.env.begin() as txn:
+                return int(txn.stat(self.dbs["scopes"])["entries"])
+
+        return self._read(count)
+
+    def _keys_for(self, meta: dict[str, Any] | None, keyring: Keyring | None) -> tuple[Layout, Sealer]:
+        """The key layout and sealer for this store, checking the keyring against its meta record."""
+        encrypted = meta is not None and bool(meta.get("encrypted"))
+        if not encrypted:
+            if keyring is None:
+                return PLAIN, Sealer(None)
+            if self.read_only:  # an empty plaintext store: nothing to seal, and nothing may be written
+                raise EncryptionKeyError(f"the store at {self.path!r} is not encrypted; nothing was opened")
+            id_key_id = keyring.active
+            check = Sealer(keyring).seal(KEY_CHECK, place("meta", META_KEY))
+            record = {"format": 1, "encrypted": True, "id_key": id_key_id, "check": check}
+            self._put_meta(record)
+            return Layout(keyring.id_key(id_key_id)), Sealer(keyring)
+        assert meta is not None
+        if keyring is None:
+            raise EncryptionKeyError(
+                f"the store at {self.path!r} is encrypted (it holds {self.scope_count()} scopes); "
+                "open it with encryption=Keyring(...) (on the command line: --key-file, or "
+                "VICTOR_ACTORS_KEYS); nothing was opened"
+            )
+        id_key_id = str(meta.get("id_key"))
+        layout = Layout(keyring.id_key(id_key_id))  # EncryptionKeyError if the keyring lacks it
+        try:
+            plain = Sealer(keyring).open(
+                bytes(meta.get("check", b"")), place("meta", META_KEY), "the key check"
+            )
+        except CheckpointCorruptError:
+            plain = None
+        if plain != KEY_CHECK:
+            raise EncryptionKeyError(
+                f"the keys given do not open the store at {self.path!r} (key ids {sorted(keyring.key_ids)}; "
+                f"its scope ids are under key {id_key_id!r}); nothing was opened"
+            )
+        return layout, Sealer(keyring)
+
+    def _put_meta(self, record: dict[str, Any]) -> None:
+        with self.env.begin(write=True, db=self.dbs["meta"]) as txn:
+            txn.put(META_KEY, msgpack.packb(record, use_bin_type=True))
+
+    @property
+    def encrypted(self) -> bool:
+        return self.sealer.encrypted
 
     # -- writing -------------------------------------------------------------
 
@@ -170,8 +274,7 @@ class Store:
         if self._writer is not None:
             self._writer.close()
         self._closed = True
-        self.env.close()
-        self._release_lock()
+        self._close_env()
 
     def _release_lock(self) -> None:
         if self._owner is not None:
@@ -180,15 +283,23 @@ class Store:
 
     # -- operations (run on the writer thread, inside its transaction) ---------
 
+    def _sealed(self, raw: bytes, db: str, key: bytes) -> bytes:
+        return self.sealer.seal(raw, place(db, key))
+
+    def _unsealed(self, raw: bytes, db: str, key: bytes, what: str) -> bytes:
+        return self.sealer.open(raw, place(db, key), what)
+
     def op_put_scope(self, record: ScopeRecord) -> TxnOp:
-        key = ref_key(record.ref)
-        raw = self.codec.encode_scope(record, place=place("scopes", key))
+        key = self.layout.ref_key(record.ref)
+        where = place("scopes", key)
+        raw = self.sealer.seal(self.codec.encode_scope(record, place=where), where)
         return lambda t: t.put("scopes", key, raw)
 
     def op_put_commit(self, ref: ScopeRef, record: CommitRecord) -> TxnOp:
         """The commit's log record, and the scope's head moved to its version."""
-        key = versioned_key(ref, record.version)
-        raw = self.codec.encode_commit(record, place=place("log", key))
+        key = self.layout.versioned_key(ref, record.version)
+        where = place("log", key)
+        raw = self.sealer.seal(self.codec.encode_commit(record, place=where), where)
         head = self.op_put_head(ref, record.version)
 
         def op(t: WriteTxn) -> None:
@@ -199,13 +310,14 @@ class Store:
 
     def op_put_head(self, ref: ScopeRef, version: int) -> TxnOp:
         """Record ``version`` as ``ref``'s newest committed version."""
-        key = head_key(ref)
-        raw = _HEAD.pack(version, _head_crc(key, version))
+        key = self.layout.head_key(ref)
+        raw = self._sealed(_HEAD.pack(version, _head_crc(key, version)), "log", key)
         return lambda t: t.put("log", key, raw)
 
     def op_put_checkpoint(self, ref: ScopeRef, record: CheckpointRecord, keep: int | None) -> TxnOp:
-        key = versioned_key(ref, record.state.version)
-        raw = self.codec.encode_checkpoint(record, place=place("ckpt", key))
+        key = self.layout.versioned_key(ref, record.state.version)
+        where = place("ckpt", key)
+        raw = self.sealer.seal(self.codec.encode_checkpoint(record, place=where), where)
 
         def op(t: WriteTxn) -> None:
             t.put("ckpt", key, raw)
@@ -214,10 +326,9 @@ class Store:
 
         return op
 
-    @staticmethod
-    def _retain(t: WriteTxn, ref: ScopeRef, keep: int) -> None:
+    def _retain(self, t: WriteTxn, ref: ScopeRef, keep: int) -> None:
         """Keep the newest ``keep`` checkpoints and the log from the oldest kept one on."""
-        prefix = ref_key(ref)
+        prefix = self.layout.ref_key(ref)
         ckpts = t.keys_in("ckpt", prefix)
         if len(ckpts) <= keep:
             return
@@ -283,20 +394,24 @@ class Store:
         return self._read(get)
 
     def scope_record(self, ref: ScopeRef) -> ScopeRecord | None:
-        key = ref_key(ref)
+        key = self.layout.ref_key(ref)
         raw = self._get("scopes", key)
-        return None if raw is None else self.codec.decode_scope(raw, ref=ref, place=place("scopes", key))
+        if raw is None:
+            return None
+        plain = self._unsealed(raw, "scopes", key, f"the scope record of {ref}")
+        return self.codec.decode_scope(plain, ref=ref, place=place("scopes", key))
 
     def scope_records(self) -> list[ScopeRecord]:
         """Every stored scope's record; unreadable ones are logged and left out."""
         out = []
         for key, raw in self._scan("scopes", b""):
             try:
-                ref: object = ref_from_key(key)
+                ref: object = key if self.layout.hashed else ref_from_key(key)
             except Exception:
                 ref = key
             try:
-                out.append(self.codec.decode_scope(raw, ref=ref, place=place("scopes", key)))
+                plain = self._unsealed(raw, "scopes", key, "a scope record")
+                out.append(self.codec.decode_scope(plain, ref=ref, place=place("scopes", key)))
             except CheckpointCorruptError as exc:
                 if exc.fatal:
                     raise
@@ -309,10 +424,11 @@ class Store:
         Raises:
             CheckpointCorruptError: the head record is damaged.
         """
-        key = head_key(ref)
-        raw = self._get("log", key)
-        if raw is None:
+        key = self.layout.head_key(ref)
+        sealed = self._get("log", key)
+        if sealed is None:
             return None
+        raw = self._unsealed(sealed, "log", key, f"the head record of {ref}")
         if len(raw) != _HEAD.size:
             raise CheckpointCorruptError(f"the head record of {ref} is damaged (length {len(raw)})", ref=ref)
         version, crc = _HEAD.unpack(raw)
@@ -322,18 +438,19 @@ class Store:
 
     def has_records(self, ref: ScopeRef) -> bool:
         """Whether any commit, checkpoint or head of ``ref`` is stored (with or without its scope record)."""
-        prefix = ref_key(ref)
-        if self._get("log", head_key(ref)) is not None:
+        prefix = self.layout.ref_key(ref)
+        if self._get("log", self.layout.head_key(ref)) is not None:
             return True
         return any(next(self._scan(db, prefix), None) is not None for db in ("log", "ckpt"))
 
     def checkpoints(self, ref: ScopeRef) -> list[CheckpointInfo]:
         """Stored checkpoints of ``ref``, newest first; unreadable ones are listed with label None."""
         out = []
-        for key, raw in self._scan("ckpt", ref_key(ref), reverse=True):
+        for key, raw in self._scan("ckpt", self.layout.ref_key(ref), reverse=True):
             version = version_of(key)
             try:
-                rec = self.codec.decode_checkpoint(raw, ref=ref, version=version, place=place("ckpt", key))
+                plain = self._unsealed(raw, "ckpt", key, f"checkpoint v{version} of {ref}")
+                rec = self.codec.decode_checkpoint(plain, ref=ref, version=version, place=place("ckpt", key))
                 label, ts, readable = rec.label, rec.timestamp, True
             except CheckpointCorruptError:
                 label, ts, readable = None, 0.0, False
@@ -343,25 +460,27 @@ class Store:
         return out
 
     def log_versions(self, ref: ScopeRef) -> list[int]:
-        return [version_of(k) for k, _ in self._scan("log", ref_key(ref))]
+        return [version_of(k) for k, _ in self._scan("log", self.layout.ref_key(ref))]
 
     def commit_record(self, ref: ScopeRef, version: int) -> CommitRecord:
-        key = versioned_key(ref, version)
+        key = self.layout.versioned_key(ref, version)
         raw = self._get("log", key)
         if raw is None:
             raise CheckpointNotFoundError(f"{ref} has no stored commit at version {version}")
-        return self.codec.decode_commit(raw, ref=ref, version=version, place=place("log", key))
+        plain = self._unsealed(raw, "log", key, f"commit v{version} of {ref}")
+        return self.codec.decode_commit(plain, ref=ref, version=version, place=place("log", key))
 
     def checkpoint(self, ref: ScopeRef, version: int) -> CheckpointRecord:
-        key = versioned_key(ref, version)
+        key = self.layout.versioned_key(ref, version)
         raw = self._get("ckpt", key)
         if raw is None:
             raise CheckpointNotFoundError(f"{ref} has no checkpoint at version {version}")
-        return self.codec.decode_checkpoint(raw, ref=ref, version=version, place=place("ckpt", key))
+        plain = self._unsealed(raw, "ckpt", key, f"checkpoint v{version} of {ref}")
+        return self.codec.decode_checkpoint(plain, ref=ref, version=version, place=place("ckpt", key))
 
     def size_of(self, ref: ScopeRef) -> int:
         """Bytes of stored records (log and checkpoints) for ``ref``."""
-        prefix = ref_key(ref)
+        prefix = self.layout.ref_key(ref)
         return sum(len(v) for _k, v in self._scan("log", prefix)) + sum(
             len(v) for _k, v in self._scan("ckpt", prefix)
         )
@@ -375,7 +494,17 @@ class Store:
             head_note = None
         except CheckpointCorruptError as exc:
             head, head_note = None, str(exc)
-        return load_state(self._scan, self.codec, ref, lineage, upto=upto, head=head, head_note=head_note)
+        return load_state(
+            self._scan,
+            self.codec,
+            ref,
+            lineage,
+            upto=upto,
+            head=head,
+            head_note=head_note,
+            prefix=self.layout.ref_key(ref),
+            unseal=self.sealer.open,
+        )
 
     def op_quarantine_after(self, ref: ScopeRef, version: int) -> TxnOp:
         """Move every record of ``ref`` above ``version`` out of the way (recovery could not reach it).
@@ -383,7 +512,7 @@ class Store:
         The head moves back to ``version``: the scope goes on from what could be recovered,
         and the quarantined records stay for people to look at.
         """
-        prefix = ref_key(ref)
+        prefix = self.layout.ref_key(ref)
         head = self.op_put_head(ref, version)
 
         def op(t: WriteTxn) -> None:

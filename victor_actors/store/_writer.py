@@ -21,6 +21,7 @@ from typing import Any
 
 import lmdb
 
+from victor_actors import _trace
 from victor_actors._errors import ScopeFailedError, VictorActorsError
 
 __all__ = ["MAX_MAP_SIZE", "GroupCommitWriter", "ResizeGate", "TxnOp", "WriteTxn"]
@@ -108,13 +109,14 @@ TxnOp = Callable[[WriteTxn], None]
 
 
 class _Job:
-    __slots__ = ("done", "error", "ops", "queued")
+    __slots__ = ("done", "error", "ops", "queued", "size")
 
     def __init__(self, ops: list[TxnOp]) -> None:
         self.ops = ops
         self.done = False
         self.error: BaseException | None = None
         self.queued = time.monotonic()
+        self.size = 0  # jobs in the transaction that committed it
 
 
 class GroupCommitWriter:
@@ -161,6 +163,8 @@ class GroupCommitWriter:
                 self._cond.notify_all()  # wakes the flusher
                 return
         self._lead_until_done(job)
+        if (hooks := _trace.hooks) is not None:
+            hooks.group_commit(job.size)
         if job.error is not None:
             raise ScopeFailedError(
                 f"the store could not commit: {job.error}; nothing was written"
@@ -234,7 +238,10 @@ class GroupCommitWriter:
                 break
         self.transactions += 1
         self.commits += len(jobs)
+        if (hooks := _trace.hooks) is not None:
+            hooks.store_transaction(len(jobs))
         for job in jobs:
+            job.size = len(jobs)
             job.error = error
             job.done = True  # waiters are woken by the leader's notify_all
 

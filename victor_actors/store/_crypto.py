@@ -1,0 +1,260 @@
+"""Encryption at rest: the keyring, sealed records, and keyed hashes in place of scope ids.
+
+A sealed record is::
+
+    b"VE" | format (1) | key id length (1) | key id (UTF-8) | nonce (12) | AES-256-GCM ciphertext + tag
+
+The plaintext is the record as the codec frames it (compressed before it is
+encrypted, with its own checksum). The associated data is the header (so the
+key id cannot be swapped) followed by the record's place, its database name
+and LMDB key: a valid record copied to another key, scope, version or
+database fails authentication. Every record gets a fresh random 96-bit
+nonce.
+
+With encryption on, LMDB keys carry no scope id: a scope key is its level
+byte and an HMAC-SHA-256 of the id (its first 128 bits) under a key derived (HKDF-SHA-256) from
+one key of the keyring, the *id key*, which the store's ``meta`` record
+names. The id itself lives only inside the encrypted scope record. Version
+suffixes stay big-endian, so a scope's history is still one range scan.
+
+Keys never appear in a repr, a log line or an error message: only key ids do.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import os
+import stat
+from collections.abc import Mapping
+from typing import Any
+
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+from victor_actors._errors import CheckpointCorruptError, EncryptionKeyError
+
+__all__ = ["PLAIN_MAGIC", "SEALED_MAGIC", "Keyring", "Sealer"]
+
+SEALED_MAGIC = b"VE"
+PLAIN_MAGIC = b"VA"
+_FORMAT = 1
+_NONCE = 12
+KEY_BYTES = 32
+
+
+def _check_id(key_id: object) -> str:
+    if not isinstance(key_id, str) or not key_id or len(key_id.encode("utf-8", "surrogatepass")) > 64:
+        raise EncryptionKeyError(f"a key id is a non-empty str of at most 64 bytes, not {key_id!r}")
+    try:
+        key_id.encode("utf-8")
+    except UnicodeEncodeError:
+        raise EncryptionKeyError(f"the key id {key_id!r} cannot be encoded as UTF-8") from None
+    return key_id
+
+
+class Keyring:
+    """Named 32-byte keys, one of them active (new records are sealed with it).
+
+    ``Keyring({"2026-12": key_b, "2026-06": key_a}, active="2026-12")``; the
+    other keys stay to open records sealed before a rotation. The repr names
+    the key ids, never the keys.
+
+    Raises:
+        EncryptionKeyError: a key is not 32 bytes, an id is empty or too
+            long, or ``active`` is not one of the ids.
+    """
+
+    __slots__ = ("_aead", "_keys", "active")
+
+    def __init__(self, keys: Mapping[str, bytes], active: str) -> None:
+        if not isinstance(keys, Mapping) or not keys:
+            raise EncryptionKeyError("a keyring needs at least one key")
+        checked: dict[str, bytes] = {}
+        for key_id, key in keys.items():
+            _check_id(key_id)
+            if not isinstance(key, (bytes, bytearray)) or len(key) != KEY_BYTES:
+                size = len(key) if isinstance(key, (bytes, bytearray)) else type(key).__name__
+                raise EncryptionKeyError(f"key {key_id!r} must be {KEY_BYTES} bytes, not {size}")
+            checked[key_id] = bytes(key)
+        if active not in checked:
+            raise EncryptionKeyError(f"the active key {active!r} is not in the keyring ({sorted(checked)})")
+        self._keys = checked
+        self.active = active
+        self._aead = {key_id: AESGCM(key) for key_id, key in checked.items()}
+
+    # -- construction --------------------------------------------------------
+
+    @staticmethod
+    def generate_key() -> bytes:
+        """A fresh random 32-byte key."""
+        return AESGCM.generate_key(bit_length=256)
+
+    @classmethod
+    def from_json(cls, text: str, *, source: str = "the key text") -> Keyring:
+        """A keyring from the key file format (see :meth:`from_file`)."""
+        try:
+            doc = json.loads(text)
+            keys = {k: base64.b64decode(v, validate=True) for k, v in doc["keys"].items()}
+            active = doc["active"]
+        except (ValueError, KeyError, TypeError, AttributeError, binascii.Error) as exc:
+            raise EncryptionKeyError(
+                f"{source} is not a victor_actors key file ({type(exc).__name__}); expected "
+                '{"active": "<id>", "keys": {"<id>": "<base64 of 32 bytes>", ...}}'
+            ) from None
+        return cls(keys, active)
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike[str]) -> Keyring:
+        """Read a key file: JSON ``{"active": "<id>", "keys": {"<id>": "<base64 key>", ...}}``.
+
+        Raises:
+            EncryptionKeyError: the file is missing, readable by anyone but
+                its owner (it must be mode 0600 or stricter), or malformed.
+        """
+        name = os.fspath(path)
+        try:
+            fd = os.open(name, os.O_RDONLY)
+        except OSError as exc:
+            raise EncryptionKeyError(f"cannot read the key file {name!r}: {exc.strerror}") from None
+        try:
+            mode = os.fstat(fd).st_mode
+            if mode & (stat.S_IRWXG | stat.S_IRWXO):
+                raise EncryptionKeyError(
+                    f"the key file {name!r} is accessible to others (mode {stat.S_IMODE(mode):o}); "
+                    f"make it private with chmod 600 {name}"
+                )
+            with os.fdopen(fd, "r", encoding="utf-8") as fh:
+                fd = -1
+                text = fh.read()
+        finally:
+            if fd >= 0:
+                os.close(fd)
+        return cls.from_json(text, source=f"the key file {name!r}")
+
+    @classmethod
+    def from_env(cls, name: str = "VICTOR_ACTORS_KEYS") -> Keyring:
+        """A keyring from an environment variable holding the key file's JSON.
+
+        Raises:
+            EncryptionKeyError: the variable is unset or malformed.
+        """
+        text = os.environ.get(name)
+        if not text:
+            raise EncryptionKeyError(f"the environment variable {name} is not set")
+        return cls.from_json(text, source=f"the environment variable {name}")
+
+    def to_json(self) -> str:
+        """The key file format (for writing a key file: keep it mode 0600)."""
+        keys = {k: base64.b64encode(v).decode("ascii") for k, v in self._keys.items()}
+        return json.dumps({"active": self.active, "keys": keys}, indent=2)
+
+    def write_file(self, path: str | os.PathLike[str]) -> None:
+        """Write the key file, created with mode 0600."""
+        fd = os.open(os.fspath(path), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(self.to_json())
+
+    # -- use -----------------------------------------------------------------
+
+    @property
+    def key_ids(self) -> tuple[str, ...]:
+        return tuple(self._keys)
+
+    def __contains__(self, key_id: object) -> bool:
+        return key_id in self._keys
+
+    def __repr__(self) -> str:
+        return f"Keyring(key ids {sorted(self._keys)}, active={self.active!r})"
+
+    def __reduce__(self) -> Any:
+        raise TypeError("a Keyring is never pickled")
+
+    def id_key(self, key_id: str) -> bytes:
+        """The key scope ids are hashed with when ``key_id`` names the store's id key."""
+        key = self._keys.get(key_id)
+        if key is None:
+            raise EncryptionKeyError(
+                f"the store's scope ids are hashed under key {key_id!r}, which this keyring lacks "
+                f"(it has {sorted(self._keys)}); nothing was opened"
+            )
+        hkdf = HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=b"victor-actors scope ids v1")
+        return hkdf.derive(key)
+
+    def aead(self, key_id: str) -> AESGCM | None:
+        return self._aead.get(key_id)
+
+
+class Sealer:
+    """Seals and opens records for one store: AES-256-GCM bound to each record's place.
+
+    With ``keyring=None`` (a plaintext store) it passes plaintext records
+    through and refuses sealed ones; with a keyring it seals with the active
+    key, opens with the key the header names, and refuses plaintext records
+    (never trusted in an encrypted store). Every refusal is a
+    :class:`CheckpointCorruptError` with the reason, as for damage.
+    """
+
+    __slots__ = ("keyring",)
+
+    def __init__(self, keyring: Keyring | None) -> None:
+        self.keyring = keyring
+
+    @property
+    def encrypted(self) -> bool:
+        return self.keyring is not None
+
+    def seal(self, raw: bytes, place: bytes) -> bytes:
+        keyring = self.keyring
+        if keyring is None:
+            return raw
+        key_id = keyring.active.encode("utf-8")
+        head = SEALED_MAGIC + bytes([_FORMAT, len(key_id)]) + key_id
+        nonce = os.urandom(_NONCE)
+        aead = keyring.aead(keyring.active)
+        assert aead is not None
+        return head + nonce + aead.encrypt(nonce, raw, head + place)
+
+    def open(self, raw: bytes, place: bytes, what: str) -> bytes:
+        """The plaintext record stored at ``place``; ``what`` names it in errors.
+
+        Raises:
+            CheckpointCorruptError: not sealed as this store requires, sealed
+                with an unknown key, tampered with, or moved from another place.
+        """
+        keyring = self.keyring
+        magic = bytes(raw[:2])
+        if keyring is None:
+            if magic == SEALED_MAGIC:
+                raise CheckpointCorruptError(
+                    f"{what} is encrypted, but this store is not; nothing was loaded"
+                )
+            return raw
+        if magic != SEALED_MAGIC:
+            raise CheckpointCorruptError(
+                f"{what} is not encrypted in an encrypted store (never trusted); nothing was loaded"
+            )
+        if len(raw) < 4:
+            raise CheckpointCorruptError(f"{what} is too short to be a sealed record")
+        fmt, id_len = raw[2], raw[3]
+        head_end = 4 + id_len
+        if fmt != _FORMAT or len(raw) < head_end + _NONCE + 16:
+            raise CheckpointCorruptError(f"{what} has an unknown sealed-record format ({fmt})")
+        try:
+            key_id = bytes(raw[4:head_end]).decode("utf-8")
+        except UnicodeDecodeError:
+            raise CheckpointCorruptError(f"{what} names an unreadable key id") from None
+        aead = keyring.aead(key_id)
+        if aead is None:
+            raise CheckpointCorruptError(f"{what} is sealed with key {key_id!r}, which the keyring lacks")
+        head = bytes(raw[:head_end])
+        nonce = bytes(raw[head_end : head_end + _NONCE])
+        try:
+            return aead.decrypt(nonce, bytes(raw[head_end + _NONCE :]), head + place)
+        except InvalidTag:
+            raise CheckpointCorruptError(
+                f"{what} fails authentication: tampered with, or moved here from another key"
+            ) from None
