@@ -235,29 +235,31 @@ class ScopeHandle:
         """
         req, wait, parts = self._request(batch, expected_version, timeout, None)
         hooks = _trace.hooks  # traced: the caller's span, current from here until trace.end
-        trace = req.trace = None if hooks is None else hooks.call("apply", self.ref, req, parts is not None)
+        if hooks is None:
+            return self._apply(req, wait, parts, expected_version)
+        trace = req.trace = hooks.call("apply", self.ref, req, parts is not None)
         try:
-            if parts is not None:
-                record = self._ran(
-                    apply_across(
-                        self._kernel, self._cell, parts, expected_version, req.deadline or 0.0, req.run_id
-                    )
-                )
-            else:
-                try:
-                    record = self._kernel.ask(self._cell, req, wait)
-                except DeadlineExceededError:
-                    self._unanswered(req)  # it may still commit: a run must look here when it rolls back
-                    raise
-                if req.run_id is not None:
-                    record = self._ran(record)
+            record = self._apply(req, wait, parts, expected_version)
         except BaseException as exc:
-            if trace is not None:
-                trace.end(None, exc)
+            trace.end(None, exc)
             raise
-        if trace is not None:
-            trace.end(record, None)
+        trace.end(record, None)
         return record
+
+    def _apply(
+        self, req: ApplyRequest, wait: float, parts: Parts, expected_version: Expected
+    ) -> StateChanged:
+        if parts is not None:
+            deadline = req.deadline or 0.0
+            return self._ran(
+                apply_across(self._kernel, self._cell, parts, expected_version, deadline, req.run_id)
+            )
+        try:
+            record: StateChanged = self._kernel.ask(self._cell, req, wait)
+        except DeadlineExceededError:
+            self._unanswered(req)  # it may still commit: a run must look here when it rolls back
+            raise
+        return self._ran(record) if req.run_id is not None else record
 
     async def aapply(
         self, batch: BatchLike, *, expected_version: Expected = None, timeout: float | None = None
@@ -267,35 +269,44 @@ class ScopeHandle:
         future: asyncio.Future[StateChanged] = loop.create_future()
         req, wait, parts = self._request(batch, expected_version, timeout, AsyncReply(loop, future))
         hooks = _trace.hooks  # traced: the caller's span, current from here until trace.end
-        trace = req.trace = None if hooks is None else hooks.call("aapply", self.ref, req, parts is not None)
+        if hooks is None:
+            return await self._aapply(req, wait, parts, expected_version, loop, future)
+        trace = req.trace = hooks.call("aapply", self.ref, req, parts is not None)
         try:
-            if parts is not None:  # the coordinator blocks on votes: run it off the loop
-                run = CURRENT_RUN.get()
-                call = _tracked(run, parts, apply_across)
-                record = await asyncio.to_thread(
-                    call, self._kernel, self._cell, parts, expected_version, req.deadline or 0.0, req.run_id
-                )
-                record = self._ran(record)
-            else:
-                await self._kernel.asend(self._cell, req, req.deadline or 0.0)
-                # A plain timer is cheaper than asyncio.timeout() on this hot path.
-                timer = loop.call_later(wait, _expire, future, self.ref, wait)
-                try:
-                    record = await future
-                except (DeadlineExceededError, asyncio.CancelledError):
-                    self._unanswered(req)  # it may still commit: a run must look here when it rolls back
-                    raise
-                finally:
-                    timer.cancel()
-                if req.run_id is not None:
-                    record = self._ran(record)
+            record = await self._aapply(req, wait, parts, expected_version, loop, future)
         except BaseException as exc:
-            if trace is not None:
-                trace.end(None, exc)
+            trace.end(None, exc)
             raise
-        if trace is not None:
-            trace.end(record, None)
+        trace.end(record, None)
         return record
+
+    async def _aapply(
+        self,
+        req: ApplyRequest,
+        wait: float,
+        parts: Parts,
+        expected_version: Expected,
+        loop: asyncio.AbstractEventLoop,
+        future: asyncio.Future[StateChanged],
+    ) -> StateChanged:
+        if parts is not None:  # the coordinator blocks on votes: run it off the loop
+            call = _tracked(CURRENT_RUN.get(), parts, apply_across)
+            deadline = req.deadline or 0.0
+            record = await asyncio.to_thread(
+                call, self._kernel, self._cell, parts, expected_version, deadline, req.run_id
+            )
+            return self._ran(record)
+        await self._kernel.asend(self._cell, req, req.deadline or 0.0)
+        # A plain timer is cheaper than asyncio.timeout() on this hot path.
+        timer = loop.call_later(wait, _expire, future, self.ref, wait)
+        try:
+            record = await future
+        except (DeadlineExceededError, asyncio.CancelledError):
+            self._unanswered(req)  # it may still commit: a run must look here when it rolls back
+            raise
+        finally:
+            timer.cancel()
+        return self._ran(record) if req.run_id is not None else record
 
     def _modify(
         self, fn: Callable[[ContextSnapshot], Any], retries: int, timeout: float | None
