@@ -218,7 +218,8 @@ def test_without_langgraph_ours_run_and_only_the_langgraph_rows_say_so(tmp_path:
 def test_every_benchmark_is_a_module_of_the_installed_package(tmp_path: Path) -> None:
     """The runner finds every benchmark in the package itself, and each imports without LangGraph."""
     assert set(bench.BENCHMARKS) == {
-        "core", "pipeline", "startup", "store", "agent", "scale", "langgraph", "security", "otel"
+        "core", "pipeline", "startup", "store", "agent", "scale", "langgraph", "security", "otel",
+        "listing",
     }  # fmt: skip
     for b in bench.BENCHMARKS.values():
         spec = importlib.util.find_spec(b.module)

@@ -44,6 +44,11 @@ BENCHMARKS: dict[str, Bench] = {
         # store and agent measure ours without LangGraph; only their LangGraph peers need the extra
         Bench("store", "durable commits/s vs SqliteSaver puts; bytes on disk after 1,000 steps"),
         Bench("agent", "agent step vs a one-node LangGraph StateGraph with SqliteSaver"),
+        Bench(
+            "listing",
+            "inspector pages (children, level, prefix) and read-only open vs the full scan, 1,000,000 scopes",
+            default=False,
+        ),
         Bench("security", "encryption at rest vs plaintext: durable commits/s, reopen time, bytes on disk"),
         Bench(
             "otel",

@@ -16,9 +16,12 @@ from victor_actors._model import ScopeRef, StateScope
 
 __all__ = [
     "HEAD_SUFFIX",
+    "ROOT_PARENT",
     "checkpoint_id",
     "head_key",
     "is_head",
+    "level_byte",
+    "plain_prefix_start",
     "place",
     "ref_from_key",
     "ref_key",
@@ -59,10 +62,12 @@ def place(db: str, key: bytes) -> bytes:
     return db.encode() + b"/" + key
 
 
-# A scope's head record lives in the log database at the very end of the scope's range (the
-# largest version suffix), next to its newest commit: moving it dirties no page the commit's own
-# put does not already dirty. No commit ever has this version.
-HEAD_SUFFIX = b"\xff" * 8
+# A scope's head record lives in the log database at the start of the scope's range (version 0,
+# which no commit has). There, new commits still append at the end of the range, so LMDB's
+# append split keeps the log's pages full; a head at the end of the range made every commit an
+# insert before it, and half-empty pages. A short scope's range fits in one page, which each
+# commit dirties anyway.
+HEAD_SUFFIX = b"\x00" * 8
 
 
 def head_key(ref: ScopeRef) -> bytes:
@@ -118,3 +123,19 @@ class Layout:
 
 
 PLAIN = Layout()
+
+# The ``children`` index: the parent's scope key (or this, for a scope with no parent) followed by
+# the child's scope key. No scope key starts with 0xff (its first byte is the level, 0 to 3), and a
+# scope key is self-delimiting (plaintext: its length is in it; encrypted: always 17 bytes), so one
+# parent's children are exactly the keys under its prefix.
+ROOT_PARENT = b"\xff"
+
+
+def level_byte(level: StateScope) -> bytes:
+    """The first byte of every scope key of ``level`` (either layout)."""
+    return bytes([_KIND[level]])
+
+
+def plain_prefix_start(level: StateScope, id_bytes: int, prefix: bytes) -> bytes:
+    """Where the plaintext keys of ``level`` with an id ``id_bytes`` long starting with ``prefix`` begin."""
+    return _PREFIX.pack(_KIND[level], id_bytes) + prefix

@@ -6,18 +6,26 @@ Layout (named databases in one environment):
 ``log``         ref key + big-endian version -> CommitRecord (one per commit)
 ``ckpt``        ref key + big-endian version -> CheckpointRecord (full state)
 ``quarantine``  db name + original key -> the bytes of a record recovery skipped
-(in ``log``)    ref key + ff*8 -> the scope's head: its newest committed version and a CRC bound to the key
+``children``    parent ref key (or ff for no parent) + child ref key -> the child's ScopeRecord
+(in ``log``)    ref key + 00*8 -> the scope's head: its newest committed version and a CRC bound to the key
 
 Keys (``_keys.py``) sort as bytes, so one scope's history is one ordered
 range scan. Every record's checksum covers its database and key, so a record
 copied or swapped elsewhere reads as corrupt. A scope's head version is kept
-apart from its commit records (at the end of its range in ``log``), so
+apart from its commit records (at the start of its range in ``log``), so
 recovery knows how far the log must reach and reports a lost tail instead of
 loading without it. Writes go through the
 group-commit writer (``_writer.py``); recovery is ``_load.py``; the owner
 lock and the data file's size check are ``_files.py``. Reads use their own
 read transactions, never block the writer, and wait only while the map grows;
 an LMDB error on a read is raised as :class:`CheckpointCorruptError`.
+
+The ``children`` index is written in the same transaction as each scope
+record, with the record itself as its value (sealed for its own place), so a
+page of one parent's children is one range read. ``children_page``,
+``level_page`` and ``prefix_page`` read a page in key order from a cursor; a
+store from before the index (opened read-only) is listed by a full scan
+instead, and a writable open builds the index first.
 """
 
 from __future__ import annotations
@@ -27,6 +35,7 @@ import os
 import struct
 import zlib
 from collections.abc import Callable, Iterator
+from functools import partial
 from typing import Any, TypeVar
 
 import lmdb
@@ -39,12 +48,23 @@ from victor_actors._errors import (
     ScopeFailedError,
     VictorActorsError,
 )
-from victor_actors._model import ScopeRef
+from victor_actors._model import MAX_ID_BYTES, ScopeRef, StateScope
 from victor_actors._state import ScopeState
 from victor_actors.store._codec import CheckpointRecord, Codec, CommitRecord, ScopeRecord
 from victor_actors.store._crypto import Keyring, Sealer
 from victor_actors.store._files import OwnerLock, check_data_file, finish_swap
-from victor_actors.store._keys import PLAIN, Layout, checkpoint_id, is_head, place, ref_from_key, version_of
+from victor_actors.store._keys import (
+    PLAIN,
+    ROOT_PARENT,
+    Layout,
+    checkpoint_id,
+    is_head,
+    level_byte,
+    place,
+    plain_prefix_start,
+    ref_from_key,
+    version_of,
+)
 from victor_actors.store._load import CheckpointInfo, RecoveryReport, load_state
 from victor_actors.store._writer import GroupCommitWriter, ResizeGate, TxnOp, WriteTxn
 
@@ -78,7 +98,7 @@ class Store:
         VictorActorsError: ``path`` holds no store (read-only), or LMDB refused it.
     """
 
-    DBS = ("scopes", "log", "ckpt", "quarantine", "meta")
+    DBS = ("scopes", "log", "ckpt", "quarantine", "meta", "children")
 
     def __init__(
         self,
@@ -111,6 +131,8 @@ class Store:
                     "(GlobalStateManager.open); nothing was opened"
                 )
             self.layout, self.sealer = self._keys_for(meta, encryption)
+            if not read_only and "children" not in self.dbs:
+                self._build_index()
         except BaseException:
             self._close_env()
             raise
@@ -150,10 +172,13 @@ class Store:
             self._env_open = True
             self.dbs: dict[str, Any] = {}
             for name in self.DBS:
+                # a store from before the children index has none: built on a writable open
+                # (_build_index), a full scan instead when read-only
+                create = not self.read_only and name != "children"
                 try:
-                    self.dbs[name] = self.env.open_db(name.encode(), create=not self.read_only)
+                    self.dbs[name] = self.env.open_db(name.encode(), create=create)
                 except lmdb.NotFoundError:
-                    if name != "meta":  # a store from before meta records has none
+                    if name not in ("meta", "children"):  # a store from before meta records has none
                         raise
         except lmdb.Error as exc:
             self._release_lock()
@@ -161,6 +186,24 @@ class Store:
         except BaseException:
             self._release_lock()
             raise
+
+    def _build_index(self) -> None:
+        """Create the ``children`` index from the scope records, in one write transaction."""
+        entries = []
+        for record in self.scope_records():
+            entries.append(self._child_entry(record, self.layout.ref_key(record.ref)))
+        with self.env.begin(write=True) as txn:
+            handle = self.env.open_db(b"children", txn=txn, create=True)
+            for key, raw in entries:
+                txn.put(key, raw, db=handle)
+        self.dbs["children"] = handle
+        if entries:
+            logger.info("built the children index of %s (%d scopes)", self.path, len(entries))
+
+    @property
+    def indexed(self) -> bool:
+        """Whether the store has its ``children`` index (one from before it, opened read-only, has not)."""
+        return "children" in self.dbs
 
     def _close_env(self) -> None:
         if getattr(self, "_env_open", False):
@@ -290,10 +333,24 @@ class Store:
         return self.sealer.open(raw, place(db, key), what)
 
     def op_put_scope(self, record: ScopeRecord) -> TxnOp:
+        """The scope record, and its entry in the ``children`` index (in the same transaction)."""
         key = self.layout.ref_key(record.ref)
         where = place("scopes", key)
         raw = self.sealer.seal(self.codec.encode_scope(record, place=where), where)
-        return lambda t: t.put("scopes", key, raw)
+        child_key, child_raw = self._child_entry(record, key)
+
+        def op(t: WriteTxn) -> None:
+            t.put("scopes", key, raw)
+            t.put("children", child_key, child_raw)
+
+        return op
+
+    def _child_entry(self, record: ScopeRecord, key: bytes) -> tuple[bytes, bytes]:
+        """The ``children`` index entry of ``record`` (whose scope key is ``key``): key and sealed value."""
+        parent = self.layout.ref_key(record.lineage[0]) if record.lineage else ROOT_PARENT
+        child_key = parent + key
+        where = place("children", child_key)
+        return child_key, self.sealer.seal(self.codec.encode_scope(record, place=where), where)
 
     def op_put_commit(self, ref: ScopeRef, record: CommitRecord) -> TxnOp:
         """The commit's log record, and the scope's head moved to its version."""
@@ -336,6 +393,8 @@ class Store:
             t.delete("ckpt", key)
         oldest_kept = version_of(ckpts[-keep])
         for key in t.keys_in("log", prefix):
+            if is_head(key):
+                continue  # the head (version 0) stays
             if version_of(key) > oldest_kept:
                 break
             t.delete("log", key)
@@ -417,6 +476,188 @@ class Store:
                     raise
                 logger.warning("skipping an unreadable scope record: %s", exc)
         return out
+
+    # -- pages: bounded reads in key order from a cursor ------------------------------------------
+
+    def children_page(self, parent: ScopeRef | None, after: ScopeRef | None, limit: int) -> list[ScopeRecord]:
+        """Up to ``limit`` scopes whose parent is ``parent`` (None: no parent), past ``after``.
+
+        In key order of the children (plaintext: level, id length, id;
+        encrypted: level, keyed hash of the id). One range read of the
+        ``children`` index; without the index (a store from before it), a
+        full scan.
+
+        Raises:
+            CheckpointCorruptError: an entry of the page is damaged or in the wrong place.
+        """
+        if not self.indexed:
+            return self._cut(
+                [r for r in self.scope_records() if (r.lineage[0] if r.lineage else None) == parent],
+                after,
+                limit,
+            )
+        prefix = ROOT_PARENT if parent is None else self.layout.ref_key(parent)
+        start = prefix if after is None else prefix + self.layout.ref_key(after) + b"\x00"
+        rows = self._read(lambda: self._range("children", [(prefix, start)], limit))
+        return [self._decode_entry("children", key, raw, len(prefix)) for key, raw in rows]
+
+    def level_page(self, level: StateScope | None, after: ScopeRef | None, limit: int) -> list[ScopeRecord]:
+        """Up to ``limit`` scopes of ``level`` (None: every level) past ``after``, in key order.
+
+        A level's keys are one range in either layout, so this is one range read.
+
+        Raises:
+            CheckpointCorruptError: a record of the page is damaged or in the wrong place.
+        """
+        prefix = b"" if level is None else level_byte(level)
+        start = self._start(prefix, after)
+        if start is None:
+            return []
+        rows = self._read(lambda: self._range("scopes", [(prefix, start)], limit))
+        return [self._decode_entry("scopes", key, raw, 0) for key, raw in rows]
+
+    def prefix_page(
+        self, prefix: str, level: StateScope | None, after: ScopeRef | None, limit: int
+    ) -> list[ScopeRecord]:
+        """Up to ``limit`` scopes of ``level`` (None: any) whose id starts with ``prefix``, past ``after``.
+
+        In key order. Plaintext keys of one level and id length are one
+        contiguous range, so this reads one range per id length from
+        ``len(prefix)`` up (skipping empty lengths) and stops at ``limit``.
+        An encrypted store's keys hold no id: there it is a scan of the
+        level(s) in key order that opens each record until ``limit`` match.
+
+        Raises:
+            CheckpointCorruptError: a record read is damaged or in the wrong place.
+        """
+        levels = sorted(StateScope, key=level_byte) if level is None else [level]
+        if self.layout.hashed:
+            return self._scan_prefix(prefix, levels, after, limit)
+        want = prefix.encode("utf-8")
+        after_key = None if after is None else self.layout.ref_key(after) + b"\x00"
+
+        def ranges() -> list[tuple[bytes, bytes]]:
+            out: list[tuple[bytes, bytes]] = []
+            for lvl in levels:
+                for n in range(len(want), MAX_ID_BYTES + 1):
+                    lo = plain_prefix_start(lvl, n, want)
+                    if after_key is None or after_key <= lo:
+                        out.append((lo, lo))
+                    elif after_key.startswith(lo):
+                        out.append((lo, after_key))
+            return out
+
+        rows = self._read(lambda: self._range("scopes", ranges(), limit, skip_empty=True))
+        return [self._decode_entry("scopes", key, raw, 0) for key, raw in rows]
+
+    def with_children(self, refs: list[ScopeRef]) -> set[ScopeRef]:
+        """Which of ``refs`` have at least one child (one seek each with the index)."""
+        if not self.indexed:
+            parents = {r.lineage[0] for r in self.scope_records() if r.lineage}
+            return {ref for ref in refs if ref in parents}
+        keys = [(ref, self.layout.ref_key(ref)) for ref in refs]
+
+        def seek() -> set[ScopeRef]:
+            found = set()
+            with self.env.begin(db=self.dbs["children"]) as txn, txn.cursor() as cur:
+                for ref, key in keys:
+                    if cur.set_range(key) and bytes(cur.key()).startswith(key):
+                        found.add(ref)
+            return found
+
+        return self._read(seek)
+
+    def _start(self, prefix: bytes, after: ScopeRef | None) -> bytes | None:
+        """Where a page of the range ``prefix`` past ``after`` begins (None: past its end)."""
+        if after is None:
+            return prefix
+        past = self.layout.ref_key(after) + b"\x00"  # the least key greater than after's
+        if past.startswith(prefix) or past < prefix:
+            return max(past, prefix)
+        return None
+
+    def _range(
+        self, db: str, ranges: list[tuple[bytes, bytes]], limit: int, *, skip_empty: bool = False
+    ) -> list[tuple[bytes, bytes]]:
+        """Up to ``limit`` (key, value) pairs: each range (prefix, start) read from start while under prefix.
+
+        Runs inside a read (see ``_read``): one cursor, one ``set_range`` per
+        range. With ``skip_empty``, ranges are plaintext (level, id length)
+        ranges in key order, and a seek that lands on a longer id at the same
+        level skips the lengths in between, which hold no keys.
+        """
+        out: list[tuple[bytes, bytes]] = []
+        if limit <= 0:
+            return out
+        with self.env.begin(db=self.dbs[db]) as txn, txn.cursor() as cur:
+            beyond = b""  # with skip_empty: no key below this is left unread
+            for prefix, start in ranges:
+                if skip_empty and beyond > start and not beyond.startswith(prefix):
+                    continue
+                if not cur.set_range(start):
+                    break
+                key = bytes(cur.key())
+                beyond = key
+                while key.startswith(prefix):
+                    out.append((key, bytes(cur.value())))
+                    if len(out) >= limit or not cur.next():
+                        return out
+                    key = bytes(cur.key())
+                    beyond = key
+        return out
+
+    def _decode_entry(self, db: str, key: bytes, raw: bytes, parent_len: int) -> ScopeRecord:
+        """The scope record stored at ``key`` of ``db`` (``parent_len`` bytes of parent key first).
+
+        Raises:
+            CheckpointCorruptError: it does not open, or holds another scope than its key names.
+        """
+        where = place(db, key)
+        own = key[parent_len:]
+        ref: object = own
+        if not self.layout.hashed:
+            try:
+                ref = ref_from_key(own)
+            except Exception:
+                raise CheckpointCorruptError(f"a key of the {db} database is malformed ({own!r})") from None
+        plain = self._unsealed(raw, db, key, f"the {db} record of {ref}")
+        record = self.codec.decode_scope(plain, ref=ref, place=where)
+        parent = record.lineage[0] if record.lineage else None
+        expected_parent = ROOT_PARENT if parent is None else self.layout.ref_key(parent)
+        if self.layout.ref_key(record.ref) != own or (
+            db == "children" and key[:parent_len] != expected_parent
+        ):
+            raise CheckpointCorruptError(
+                f"the {db} record at {ref} holds another scope ({record.ref})", ref=ref
+            )
+        return record
+
+    def _scan_prefix(
+        self, prefix: str, levels: list[StateScope], after: ScopeRef | None, limit: int
+    ) -> list[ScopeRecord]:
+        """``prefix_page`` for an encrypted store: read the levels in chunks, open each, keep matches."""
+        out: list[ScopeRecord] = []
+        chunk = max(256, 4 * limit)
+        for lvl in levels:
+            lo = level_byte(lvl)
+            start = self._start(lo, after)
+            while start is not None and len(out) < limit:
+                span = [(lo, start)]
+                rows = self._read(partial(self._range, "scopes", span, chunk))
+                for key, raw in rows:
+                    record = self._decode_entry("scopes", key, raw, 0)
+                    if record.ref.id.startswith(prefix):
+                        out.append(record)
+                        if len(out) >= limit:
+                            return out
+                start = rows[-1][0] + b"\x00" if len(rows) == chunk else None
+        return out
+
+    def _cut(self, records: list[ScopeRecord], after: ScopeRef | None, limit: int) -> list[ScopeRecord]:
+        """The page of ``records`` past ``after`` in key order (the full-scan fallback)."""
+        keyed = sorted(((self.layout.ref_key(r.ref), r) for r in records), key=lambda kr: kr[0])
+        floor = None if after is None else self.layout.ref_key(after)
+        return [r for k, r in keyed if floor is None or k > floor][: max(limit, 0)]
 
     def head(self, ref: ScopeRef) -> int | None:
         """``ref``'s newest committed version as its head record says (None: no readable head).
