@@ -407,10 +407,7 @@ def test_the_routes_on_the_simulated_store_encrypted(
     store_url: str, sim_store: dict[str, Any], tmp_path: Path
 ) -> None:
     """The same answers from the store encrypted at rest, read with its keyring."""
-    keyring_type = getattr(victor_actors, "Keyring", None)
-    if keyring_type is None:
-        pytest.skip("encryption at rest has not landed in this tree")
-    keyring = keyring_type({"k1": keyring_type.generate_key()}, active="k1")
+    keyring = victor_actors.Keyring({"k1": victor_actors.Keyring.generate_key()}, active="k1")
     copy = tmp_path / "encrypted"
     shutil.copytree(sim_store["path"], copy)
     GlobalStateManager.open(copy, encryption=keyring, encryption_migrate=True).close()
