@@ -694,3 +694,14 @@ def test_a_key_written_twice_around_another_writer_is_left_and_reported(manager:
     report = info.value.rollback_report
     assert team.get("counter") == 8  # left as it is: no value would undo only the run's share
     assert any("between the run's writes" in c for c in report.conflicts)
+
+
+def test_active_runs_lists_the_runs_in_progress(manager: GlobalStateManager) -> None:
+    conv = manager.get_conversation_state("s")
+    assert manager.active_runs() == ()
+    with manager.run("s", timeout=10) as run:
+        conv.set("k", 1)
+        assert manager.active_runs() == (run,)
+        with manager.run("t", timeout=10) as inner:
+            assert set(manager.active_runs()) == {run, inner}
+    assert manager.active_runs() == ()

@@ -26,7 +26,7 @@ from victor_actors._handle import ScopeHandle
 from victor_actors._messages import ApplyRequest, RestartRequest
 from victor_actors._model import GLOBAL_REF, ScopeRef, StateScope, TransitionBatch
 from victor_actors._options import DURABILITY_MODES, OptionArgs, Options, Strategy
-from victor_actors._runs import RunContext
+from victor_actors._runs import Run, RunContext
 from victor_actors._runtime import Runtime
 from victor_actors._state import ContextSnapshot, StateChanged
 from victor_actors._supervision import SupervisionEvent, SupervisionPolicy
@@ -478,6 +478,11 @@ class GlobalStateManager:
         """
         self._kernel.check_open(GLOBAL_REF)
         return RunContext(self._kernel, self._runtime.resolve, session_id, timeout)
+
+    def active_runs(self) -> tuple[Run, ...]:
+        """The runs in progress: ``with manager.run(...)`` blocks entered and not yet left."""
+        with self._kernel.lock:
+            return tuple(r for r in self._kernel.runs.values() if isinstance(r, Run))
 
     def arun(self, session_id: str, timeout: float = 30.0) -> RunContext:
         """``async with manager.arun(session_id, timeout=30.0) as run:``; the timeout cancels the body."""

@@ -350,7 +350,8 @@ class RunContext:
 
     def __enter__(self) -> Run:
         self._tokens = (CURRENT_RUN.set(self._run), RUN_ID.set(self._run.id))
-        self._kernel.runs[self._run.id] = self._run
+        with self._kernel.lock:
+            self._kernel.runs[self._run.id] = self._run
         hooks = _trace.hooks
         if hooks is not None:  # traced: the run's span is current in its body
             self._trace = hooks.run(self._run)
@@ -402,7 +403,8 @@ class RunContext:
                 self._trace.rolled_back(report)
         finally:
             run._close()
-            self._kernel.runs.pop(run.id, None)
+            with self._kernel.lock:
+                self._kernel.runs.pop(run.id, None)
         if (
             exc is None
             or isinstance(exc, TimeoutError)

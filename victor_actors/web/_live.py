@@ -7,11 +7,10 @@ Supervision events arrive through ``manager.subscribe_supervision`` (on the
 manager's event thread) and are kept, the newest :data:`KEEP` of them, with
 a sequence number so a client can tell which it has already shown.
 
-Runs in progress are read from the manager's run registry by a sampler
-thread every :data:`RUN_SAMPLE` seconds. The public surface has no accessor
-for it yet (``_active_runs`` is the one place that reaches in); a run that
-starts and ends between two samples is not seen, so the finished runs listed
-(rolled back, or succeeded) are those the sampler saw in progress.
+Runs in progress are read with ``manager.active_runs()`` by a sampler
+thread every :data:`RUN_SAMPLE` seconds; a run that starts and ends between
+two samples is not seen, so the finished runs listed (rolled back, or
+succeeded) are those the sampler saw in progress.
 """
 
 from __future__ import annotations
@@ -34,19 +33,8 @@ RATE_WINDOW = 2.0  # seconds of samples behind commits per second
 
 
 def _active_runs(manager: GlobalStateManager) -> list[Any]:
-    """The runs in progress (``with manager.run(...)`` blocks not yet left).
-
-    There is no public accessor for the registry yet; this reads the
-    kernel's dict of runs in progress, copied in one step (its values are
-    only added and removed, by the threads that enter and leave a run).
-    """
-    registry = manager._kernel.runs
-    for _ in range(3):
-        try:
-            return list(registry.values())
-        except RuntimeError:  # changed size while being copied: look again
-            continue
-    return []
+    """The runs in progress (``with manager.run(...)`` blocks not yet left)."""
+    return list(manager.active_runs())
 
 
 def _run_row(run: Any, now: float) -> dict[str, Any]:
