@@ -154,7 +154,7 @@ class Durability:
 
     def set_durability(self, cell: ScopeCell, mode: str) -> None:
         """Override the durability mode for one scope (leaving ``manual`` checkpoints first)."""
-        store = self.need_store()
+        store = self.need_writable_store("set_durability")
         if mode not in DURABILITY_MODES:
             raise ValueError(f"durability must be one of {DURABILITY_MODES}, not {mode!r}")
         if cell.durability == "manual" and mode != "manual":
@@ -164,7 +164,7 @@ class Durability:
             store.flush()
 
     def save_checkpoint(self, cell: ScopeCell, label: str | None) -> str:
-        store = self.need_store()
+        store = self.need_writable_store("save_checkpoint")
         if label is not None and not isinstance(label, str):
             raise TypeError("label must be a str")
         if label is not None:

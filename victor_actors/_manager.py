@@ -25,7 +25,7 @@ from victor_actors._events import Subscription
 from victor_actors._handle import ScopeHandle
 from victor_actors._messages import ApplyRequest, RestartRequest
 from victor_actors._model import GLOBAL_REF, ScopeRef, StateScope, TransitionBatch
-from victor_actors._options import DURABILITY_MODES, OptionArgs, Options, Strategy
+from victor_actors._options import OptionArgs, Options, Strategy
 from victor_actors._runs import Run, RunContext
 from victor_actors._runtime import Runtime
 from victor_actors._state import ContextSnapshot, StateChanged
@@ -310,9 +310,6 @@ class GlobalStateManager:
         Leaving ``manual`` writes a checkpoint first, so the log that follows
         has a base to replay from.
         """
-        self._durability.need_writable_store("set_durability")
-        if mode not in DURABILITY_MODES:
-            raise ValueError(f"durability must be one of {DURABILITY_MODES}, not {mode!r}")
         self._durability.set_durability(self._cell(scope_ref), mode)
 
     def save_checkpoint(self, scope_ref: ScopeRef | str, *, label: str | None = None) -> str:
@@ -321,7 +318,6 @@ class GlobalStateManager:
         The id is ``"<scope>:<id>@<version>"``. Saving twice at one version
         keeps one checkpoint (the later label wins).
         """
-        self._durability.need_writable_store("save_checkpoint")
         return self._durability.save_checkpoint(self._cell(scope_ref), label)
 
     def list_checkpoints(self, scope_ref: ScopeRef | str) -> list[CheckpointInfo]:

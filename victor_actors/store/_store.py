@@ -704,20 +704,20 @@ class Store:
         return [version_of(k) for k, _ in self._scan("log", self.layout.ref_key(ref))]
 
     def commit_record(self, ref: ScopeRef, version: int) -> CommitRecord:
-        key = self.layout.versioned_key(ref, version)
-        raw = self._get("log", key)
-        if raw is None:
-            raise CheckpointNotFoundError(f"{ref} has no stored commit at version {version}")
-        plain = self._unsealed(raw, "log", key, f"commit v{version} of {ref}")
-        return self.codec.decode_commit(plain, ref=ref, version=version, place=place("log", key))
+        plain, where = self._versioned("log", ref, version, "stored commit", f"commit v{version} of {ref}")
+        return self.codec.decode_commit(plain, ref=ref, version=version, place=where)
 
     def checkpoint(self, ref: ScopeRef, version: int) -> CheckpointRecord:
+        plain, where = self._versioned("ckpt", ref, version, "checkpoint", f"checkpoint v{version} of {ref}")
+        return self.codec.decode_checkpoint(plain, ref=ref, version=version, place=where)
+
+    def _versioned(self, db: str, ref: ScopeRef, version: int, kind: str, what: str) -> tuple[bytes, bytes]:
+        """The opened record of ``ref`` at ``version`` in ``db``, and its place (for the decoder)."""
         key = self.layout.versioned_key(ref, version)
-        raw = self._get("ckpt", key)
+        raw = self._get(db, key)
         if raw is None:
-            raise CheckpointNotFoundError(f"{ref} has no checkpoint at version {version}")
-        plain = self._unsealed(raw, "ckpt", key, f"checkpoint v{version} of {ref}")
-        return self.codec.decode_checkpoint(plain, ref=ref, version=version, place=place("ckpt", key))
+            raise CheckpointNotFoundError(f"{ref} has no {kind} at version {version}")
+        return self._unsealed(raw, db, key, what), place(db, key)
 
     def size_of(self, ref: ScopeRef) -> int:
         """Bytes of stored records (log and checkpoints) for ``ref``."""
