@@ -93,7 +93,7 @@ def test_a_scope_id_that_cannot_be_a_store_key_is_refused_at_the_edge(tmp_path: 
     with GlobalStateManager.open(tmp_path) as manager:
         with pytest.raises(TransitionValidationError, match="scope id"):
             manager.get_conversation_state(ident)
-        assert manager.scopes() == [ScopeRef("global", "global")]
+        assert list(manager.scopes()) == [ScopeRef("global", "global")]
 
 
 def test_the_longest_allowed_id_commits_and_reopens(tmp_path: Path) -> None:

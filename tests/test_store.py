@@ -177,6 +177,7 @@ def test_group_commit_packs_many_commits_per_transaction(tmp_path: Path) -> None
     with GlobalStateManager.open(tmp_path) as m:
         convs = [m.get_conversation_state(f"c{i}") for i in range(20)]
         assert m.store is not None
+        m.flush()  # the scope records, queued at creation, are not counted below
         before_txn, before_commits = m.store.transactions, m.store.commits
         threads = [threading.Thread(target=_fill, args=(c, 25)) for c in convs]
         for t in threads:

@@ -511,7 +511,9 @@ def test_events_arrive_in_order_and_stats_count_them(manager: GlobalStateManager
     assert stats["failures"] - base["failures"] == 3
     assert stats["restarts"] - base["restarts"] == 4
     assert stats["escalations"] - base["escalations"] == 1
-    assert stats["live_actors"] == stats["scopes"] == 4
+    assert stats["scopes"] == 4
+    # restarts neither leak nor lose actors (a scope starts its actor on its first request)
+    assert stats["live_actors"] == stats["activations"] - stats["passivations"] >= 2
 
     late_sub.close()
     assert len(late) == 8

@@ -94,6 +94,12 @@ class ScopeActor(pykka.ThreadingActor):
     def on_start(self) -> None:
         self._cell.owner = threading.current_thread()
 
+    def on_stop(self) -> None:
+        # pykka's actor and its ref point at each other: without this the cell (and its state)
+        # would wait for the cyclic collector after an eviction instead of going at once
+        self._cell.owner = None
+        del self._cell, self._host, self._persist
+
     stack_size = 512 * 1024  # scope actors need little stack; thousands of threads add up
 
     def _start_actor_loop(self) -> None:
@@ -193,7 +199,9 @@ class ScopeActor(pykka.ThreadingActor):
             txn.votes.put((False, self._failed(state, exc)))
             self._supervise(exc)
             return
-        txn.votes.put((True, (state, new_state, record)))
+        # the cell this actor serves: the coordinator publishes into it, even if the cell it
+        # started from was evicted (and this one rebuilt) before the prepare reached us
+        txn.votes.put((True, (state, new_state, record, cell)))
         outcome = txn.wait_outcome()  # this scope takes nothing else until the batch is decided
         try:
             if outcome == "committed" and new_state is not state:

@@ -39,14 +39,22 @@ class ScopeCell:
     Senders and the passivator take ``lock`` around reading it and putting
     a message in its mailbox, so a message never lands in the mailbox of an
     actor that is being stopped.
+
+    ``evicted`` is set (under ``lock``, with no actor) when the cell leaves
+    the registry: the scope's state lives on in the store (or, without one,
+    encoded in memory), and whoever still holds this cell must look the
+    scope up again (``Kernel.resolve``), which builds a new cell. Nothing
+    is ever sent to an evicted cell, so it can never commit again.
     """
 
     __slots__ = (
+        "__weakref__",
         "actor",
         "ancestors",
         "busy",
         "commits",
         "durability",
+        "evicted",
         "failed_reason",
         "faults",
         "handle",
@@ -55,6 +63,7 @@ class ScopeCell:
         "observer",
         "owner",
         "restarts",
+        "source",
         "state",
         "stopping",
         "subscribers",
@@ -79,6 +88,9 @@ class ScopeCell:
         self.last_active = time.monotonic()
         self.commits = 0
         self.handle: Any = None  # the facade's handle on this scope, cached here by the manager
+        self.evicted = False
+        # where the cell's state came from, until its first actor: "new", "memory" or "store"
+        self.source = "new"
 
     @property
     def ref(self) -> ScopeRef:

@@ -110,18 +110,27 @@ class Durability:
             store.submit(ops, wait=wait)
 
     def create_scope(self, ref: ScopeRef, lineage: tuple[ScopeRef, ...]) -> None:
-        """Make a new scope's record durable (before its actor starts)."""
+        """Queue a new scope's record for the next group commit (no synced transaction of its own).
+
+        The scope's first durable commit leads that group commit, so the
+        record and the commit share one transaction; a scope never committed
+        is written by the flusher within ``flush_interval`` (or by any flush,
+        eviction or close). See docs/adr/0016.
+        """
         if self.store is not None:
-            self.store.submit([self.store.op_put_scope(ScopeRecord(ref, lineage, time.time()))], wait=True)
+            self.store.submit([self.store.op_put_scope(ScopeRecord(ref, lineage, time.time()))], wait=False)
 
     def flush(self) -> None:
         """Return once every commit made so far is durable (for ``async`` mode)."""
         if self.store is not None and not self.store.read_only:
             self.store.flush()
 
-    def flush_for_passivation(self) -> None:
-        if self.kernel.durability == "async":
-            self.flush()
+    def flush_for_eviction(self) -> None:
+        """Before scopes leave memory: what they will be loaded from must be in the store.
+
+        Cheap when nothing is queued (``sync`` mode with no new scopes).
+        """
+        self.flush()
 
     def load_committed(self, cell: ScopeCell) -> ScopeState:
         """The scope's last committed state as the store holds it (for a restart).

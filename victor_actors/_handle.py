@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import weakref
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
@@ -87,17 +88,34 @@ class ScopeHandle:
     Every request has a deadline: ``timeout`` seconds, or the manager's
     ``request_timeout``. A request still in the mailbox at its deadline is
     not applied and raises :class:`DeadlineExceededError`.
+
+    A handle is a reference, not the scope: it holds its scope's cell only
+    weakly and looks the scope up again once the cell has been evicted, so
+    holding handles keeps nothing of an idle scope in memory, and a handle
+    taken before an eviction works after it.
     """
 
-    __slots__ = ("_cell", "_kernel", "ref")
+    __slots__ = ("_cellref", "_kernel", "ref")
 
     def __init__(self, kernel: Kernel, cell: ScopeCell) -> None:
         self._kernel = kernel
-        self._cell = cell
+        self._cellref = weakref.ref(cell)
         self.ref = cell.state.ref
 
+    @property
+    def _cell(self) -> ScopeCell:
+        """The scope's resident cell, brought back from the store (or memory) if it was evicted."""
+        cell = self._cellref()
+        if cell is None or cell.evicted:
+            cell = self._kernel.resolve(self.ref)
+            self._cellref = weakref.ref(cell)
+        return cell
+
     def __repr__(self) -> str:
-        return f"<ScopeHandle {self.ref} v{self._cell.state.version}>"
+        cell = self._cellref()
+        if cell is None or cell.evicted:
+            return f"<ScopeHandle {self.ref} evicted>"
+        return f"<ScopeHandle {self.ref} v{cell.state.version}>"
 
     # -- reads -------------------------------------------------------------
 
@@ -107,8 +125,12 @@ class ScopeHandle:
 
     @property
     def is_live(self) -> bool:
-        """Whether the scope's actor is running now (False: passivated; the next request restarts it)."""
-        return self._cell.actor is not None
+        """Whether the scope's actor is running now (False: passivated; the next request restarts it).
+
+        Asking does not bring an evicted scope back.
+        """
+        cell = self._cellref()
+        return cell is not None and not cell.evicted and cell.actor is not None
 
     @property
     def version(self) -> int:
@@ -121,11 +143,12 @@ class ScopeHandle:
         It reflects every commit acknowledged before the call, and never
         changes afterwards.
         """
-        cells = self._cell.ancestors
+        cell = self._cell
+        cells = cell.ancestors
         if not cells:
-            return ContextSnapshot(self._cell.state)
+            return ContextSnapshot(cell.state)
         with self._kernel.publish_lock:
-            return ContextSnapshot(self._cell.state, tuple(c.state for c in cells))
+            return ContextSnapshot(cell.state, tuple(c.state for c in cells))
 
     async def asnapshot(self) -> ContextSnapshot:
         return self.snapshot()

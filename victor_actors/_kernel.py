@@ -1,11 +1,16 @@
 """The kernel: what every layer above the actors shares, and the one way to reach an actor.
 
-It owns the options, the registry of live cells and the scope tree's child
-lists, commit ids, the publish lock, the event bus, the run registry, and
-two ports the services above plug into: ``persist`` (how a cross-scope
-commit becomes durable) and ``activator`` (how a passivated scope gets an
-actor again). ``send``/``tell``/``ask``/``asend`` put a message in a cell's
-mailbox, activating the scope if needed and applying the mailbox bound.
+It owns the options, the registry of resident cells and their resident
+children, the subscriptions, commit ids, the publish lock, the event bus,
+the run registry, and three ports the services above plug into: ``persist``
+(how a cross-scope commit becomes durable), ``activator`` (how a passivated
+scope gets an actor again) and ``resolver`` (how an evicted scope is found
+again, from the store or its encoded copy). ``tell``/``ask``/``asend`` put a
+message in a cell's mailbox, activating the scope if needed, looking an
+evicted cell up again, and applying the mailbox bound.
+
+Only resident scopes have an entry here: an evicted scope costs the kernel
+nothing but, if someone subscribed to it, its entry in ``subscriptions``.
 
 Nothing here knows handles, the manager or any service: where the kernel
 needs one, it declares a ``Protocol`` and the layer above passes itself in.
@@ -37,7 +42,7 @@ from victor_actors._options import Options
 from victor_actors._state import ScopeState, StateChanged
 from victor_actors.store import Store
 
-__all__ = ["Activator", "Kernel", "PersistPort", "RunLike"]
+__all__ = ["Activator", "Kernel", "PersistPort", "Resolver", "RunLike"]
 
 _manager_ids = itertools.count(1)
 
@@ -47,6 +52,12 @@ class Activator(Protocol):
 
     def activate(self, cell: ScopeCell) -> pykka.ActorRef[Any]: ...
     def after_activation(self) -> None: ...
+
+
+class Resolver(Protocol):
+    """Finds the cell of an existing scope, rebuilding an evicted one; raises ScopeAccessError if none."""
+
+    def resolve(self, ref: ScopeRef) -> ScopeCell: ...
 
 
 class PersistPort(Protocol):
@@ -73,13 +84,19 @@ class Kernel:
         self.read_only = store is not None and store.read_only
         self.durability = options.durability if store is not None else "memory"
         self.closed = False
-        self.lock = threading.RLock()  # guards the registry and the child lists
-        self.cells: dict[ScopeRef, ScopeCell] = {}
-        self.children: dict[ScopeRef | None, list[ScopeRef]] = {}  # in creation order
+        self.lock = threading.RLock()  # guards the registry, the child lists and the subscriptions
+        self.cells: dict[ScopeRef, ScopeCell] = {}  # resident scopes only
+        # resident children of each resident scope, in the order they became resident; a scope
+        # with resident children stays resident (their cells hold its cell as an ancestor)
+        self.children: dict[ScopeRef | None, list[ScopeRef]] = {}
+        # subscribers of each subscribed scope, resident or not: a new cell takes them from here
+        self.subscriptions: dict[ScopeRef, tuple[Subscription, ...]] = {}
+        self.evicted_commits = 0  # commits counted by cells that have since been evicted
         self.runs: dict[str, RunLike] = {}
         self.observer: Observer | None = None
         self.persist: PersistPort | None = None
         self.activator: Activator | None = None
+        self.resolver: Resolver | None = None
         name = f"victor-actors-{next(_manager_ids)}"
         self.bus = EventBus(name)
         # Commit ids: unique per process and runtime; next() on a count is atomic.
@@ -102,10 +119,44 @@ class Kernel:
         return list(self.cells.values())
 
     def register(self, cell: ScopeCell) -> None:
-        """Add a started cell to the registry and its parent's children. Holds ``lock``."""
+        """Add a new cell to the registry and its parent's children. Holds ``lock``."""
         ref = cell.state.ref
+        cell.subscribers = self.subscriptions.get(ref, ())
+        cell.observer = self.observer
         self.cells[ref] = cell
         self.children.setdefault(cell.state.parent, []).append(ref)
+
+    def unregister(self, cell: ScopeCell) -> None:
+        """Take an evicted cell out of the registry and its parent's children. Holds ``lock``."""
+        ref = cell.state.ref
+        if self.cells.get(ref) is not cell:
+            return
+        del self.cells[ref]
+        self.children.pop(ref, None)
+        siblings = self.children.get(cell.state.parent)
+        if siblings is not None:
+            siblings.remove(ref)
+            if not siblings:
+                del self.children[cell.state.parent]
+        self.evicted_commits += cell.commits
+
+    def resolve(self, ref: ScopeRef) -> ScopeCell:
+        """The resident cell of an existing scope, rebuilt from the store (or memory) if evicted.
+
+        Raises:
+            ScopeAccessError: no such scope exists.
+        """
+        cell = self.cells.get(ref)
+        if cell is not None and not cell.evicted:
+            return cell
+        if self.resolver is None:
+            raise ScopeFailedError(f"{ref} was evicted and nothing can bring it back; nothing was applied")
+        return self.resolver.resolve(ref)
+
+    def commits(self) -> int:
+        """Commits made so far by every scope, resident or evicted."""
+        with self.lock:
+            return self.evicted_commits + sum(c.commits for c in self.cells.values())
 
     def run_refs(self) -> set[ScopeRef]:
         """Scopes a run in progress has touched."""
@@ -117,13 +168,28 @@ class Kernel:
     # -- subscriptions ------------------------------------------------------
 
     def subscribe(self, cell: ScopeCell, callback: Callable[[StateChanged], object]) -> Subscription:
+        """Subscribe ``callback`` to ``cell``'s scope: kept in ``subscriptions``, so it survives eviction."""
+        ref = cell.state.ref
+
         def remove(sub: Subscription) -> None:
             with self.lock:
-                cell.subscribers = tuple(s for s in cell.subscribers if s is not sub)
+                subs = tuple(s for s in self.subscriptions.get(ref, ()) if s is not sub)
+                if subs:
+                    self.subscriptions[ref] = subs
+                else:
+                    self.subscriptions.pop(ref, None)
+                live = self.cells.get(ref)
+                if live is not None:
+                    live.subscribers = subs
 
-        sub = Subscription(cell.state.ref, callback, remove)
+        sub = Subscription(ref, callback, remove)
         with self.lock:
-            cell.subscribers = (*cell.subscribers, sub)
+            subs = (*self.subscriptions.get(ref, ()), sub)
+            self.subscriptions[ref] = subs
+            live = self.cells.get(ref)
+            for target in (cell, live):
+                if target is not None:
+                    target.subscribers = subs
         return sub
 
     def set_observer(self, observer: Observer | None) -> None:
@@ -141,24 +207,31 @@ class Kernel:
     def _try_send(self, cell: ScopeCell, message: Any, ask: bool) -> tuple[bool, Any]:
         """Put ``message`` in the live actor's mailbox (activating a passivated scope).
 
-        Returns (False, None) when the mailbox is at its bound.
+        An evicted cell is looked up again first (outside its lock: the
+        kernel's lock comes before any cell's). Returns (False, None) when
+        the mailbox is at its bound.
         """
         activated = False
         try:
-            with cell.lock:
-                actor = cell.actor
-                if actor is None:
-                    if self.activator is None:
-                        raise ScopeFailedError(f"{cell.state.ref} has no actor; nothing was applied")
-                    actor = self.activator.activate(cell)
-                    activated = True
-                bound = self.options.mailbox_size
-                if bound is not None and mailbox_depth(actor) >= bound:
-                    return False, None
-                if ask:
-                    return True, actor.ask(message, block=False)
-                actor.tell(message)
-                return True, None
+            while True:
+                while cell.evicted:  # someone held on to an evicted cell: the scope's new cell takes it
+                    cell = self.resolve(cell.state.ref)
+                with cell.lock:
+                    if cell.evicted:
+                        continue
+                    actor = cell.actor
+                    if actor is None:
+                        if self.activator is None:
+                            raise ScopeFailedError(f"{cell.state.ref} has no actor; nothing was applied")
+                        actor = self.activator.activate(cell)
+                        activated = True
+                    bound = self.options.mailbox_size
+                    if bound is not None and mailbox_depth(actor) >= bound:
+                        return False, None
+                    if ask:
+                        return True, actor.ask(message, block=False)
+                    actor.tell(message)
+                    return True, None
         finally:
             if activated and self.activator is not None:
                 self.activator.after_activation()  # keep the live-actor cap, outside the lock

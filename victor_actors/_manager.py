@@ -16,7 +16,7 @@ import threading
 import time
 import warnings
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, ClassVar, Unpack
 
 from victor_actors._cell import Observer, ScopeCell
@@ -288,8 +288,13 @@ class GlobalStateManager:
         """
         return self._handle(self._cell(ref))
 
-    def scopes(self) -> list[ScopeRef]:
-        """Every scope instance this manager holds, live or only in its store."""
+    def scopes(self) -> Iterator[ScopeRef]:
+        """Every scope instance this manager holds, resident or evicted or only in its store.
+
+        An iterator, read from the store a page at a time: a million scopes
+        are never one list. Each scope comes once; scopes created while it
+        runs may or may not appear. Nothing is loaded into memory.
+        """
         return self._tree.refs()
 
     def _apply_result(self, ref: ScopeRef, batch: TransitionBatch) -> object:
@@ -371,7 +376,7 @@ class GlobalStateManager:
         new_ref = ScopeRef(source.state.ref.scope, new_id)
         target = self._durability.target(source, checkpoint)
         with self._kernel.lock:
-            if new_ref in self.scopes():
+            if self._tree.exists(new_ref):
                 raise ScopeAccessError(f"cannot fork to {new_ref}: it already exists; nothing was written")
             state = self._durability.write_fork(source, target, new_ref)
             return self._handle(self._tree.start(state))

@@ -18,9 +18,10 @@ from typing import Any
 import pykka
 
 from victor_actors._actor import ScopeActor
+from victor_actors._archive import MemoryArchive
 from victor_actors._cell import ScopeCell, mailbox_depth
 from victor_actors._durability import Durability
-from victor_actors._errors import DeadlineExceededError, ScopeAccessError, VictorActorsError
+from victor_actors._errors import DeadlineExceededError, VictorActorsError
 from victor_actors._events import Subscription
 from victor_actors._kernel import Kernel
 from victor_actors._messages import Barrier
@@ -52,22 +53,25 @@ class Runtime:
         self.kernel = kernel = Kernel(options, store)
         self.durability = Durability(kernel)
         self._persist = self.durability.persister()
-        self.tree = ScopeTree(
-            kernel,
-            start=self._start_actor,
-            create_record=self._create_record,
-            restored=self._restored,
-        )
+        self.archive = MemoryArchive() if store is None else None
         self.passivator = Passivator(
+            kernel,
             self._spawn,
-            kernel.all_cells,
             kernel.run_refs,
-            self.durability.flush_for_passivation,
-            lambda: kernel.closed,
+            self.durability.flush_for_eviction,
+            self.archive,
             idle_timeout=options.idle_timeout,
             max_live_actors=options.max_live_actors,
         )
+        self.tree = ScopeTree(
+            kernel,
+            create_record=self._create_record,
+            restored=self._restored,
+            grew=self.passivator.resident_grew,
+            archive=self.archive,
+        )
         kernel.activator = self.passivator
+        kernel.resolver = self.tree
         self.supervision = Supervision(
             kernel,
             children=self.tree.children,
@@ -81,10 +85,6 @@ class Runtime:
 
     def _spawn(self, cell: ScopeCell) -> pykka.ActorRef[Any]:
         return ScopeActor.start(cell, self, self._persist)
-
-    def _start_actor(self, cell: ScopeCell) -> None:
-        cell.actor = self._spawn(cell)
-        self.passivator.started()
 
     def _create_record(self, ref: ScopeRef, lineage: tuple[ScopeRef, ...]) -> None:
         self.durability.create_scope(ref, lineage)
@@ -104,10 +104,7 @@ class Runtime:
         Raises:
             ScopeAccessError: no such scope exists.
         """
-        cell = self.tree.find(ref)
-        if cell is None:
-            raise ScopeAccessError(f"no scope {ref} exists")
-        return cell
+        return self.tree.resolve(ref)
 
     # -- ActorHost: what the actors call ------------------------------------
 
@@ -177,34 +174,50 @@ class Runtime:
 
     def _activity(self) -> tuple[int, int, int]:
         return (
-            sum(c.commits for c in self.kernel.all_cells()),
+            self.kernel.commits(),
             self.tools.dispatched,
             self.kernel.bus.published,
         )
 
     def stats(self) -> dict[str, int]:
-        cells = self.kernel.all_cells()
+        kernel = self.kernel
+        cells = kernel.all_cells()
         passivator = self.passivator
         supervisor = self.supervision.supervisor
-        store = self.kernel.store
+        store = kernel.store
+        archive = self.archive
+        if store is not None:
+            evicted = max(store.scope_count() - sum(1 for c in cells if not c.evicted), 0)
+        else:
+            evicted = 0 if archive is None else len(archive)
         return {
             "live_actors": passivator.live,
             "peak_live_actors": passivator.peak_live,
-            "scopes": len(cells),
-            "passivated_scopes": sum(1 for c in cells if c.actor is None),
+            "scopes": len(cells) + evicted,
+            "resident_scopes": len(cells),
+            "evicted_scopes": evicted,
+            "passivated_scopes": sum(1 for c in cells if c.actor is None) + evicted,
+            "bytes_resident": 0 if archive is None else archive.bytes,
             "activations": passivator.activations,
+            "activations_new": passivator.activations_new,
+            "activations_memory": passivator.activations_memory,
+            "activations_store": passivator.activations_store,
             "passivations": passivator.passivations,
             "evictions": passivator.evictions,
+            "evicted": passivator.evicted,
+            "eviction_rounds": passivator.eviction_rounds,
+            "eviction_us": passivator.eviction_ns // 1000,
             "mailbox_depth_max": max(
                 (mailbox_depth(a) for c in cells if (a := c.actor) is not None),
                 default=0,
             ),
-            "commits": sum(c.commits for c in cells),
+            "commits": kernel.commits(),
+            "subscribed_scopes": len(kernel.subscriptions),
             "failures": supervisor.failures,
             "restarts": supervisor.restarts,
             "escalations": supervisor.escalations,
-            "events_published": self.kernel.bus.published,
-            "events_queued": self.kernel.bus.queued,
+            "events_published": kernel.bus.published,
+            "events_queued": kernel.bus.queued,
             "store_commits": 0 if store is None else store.commits,
             "store_transactions": 0 if store is None else store.transactions,
         }

@@ -7,13 +7,25 @@ level across the whole tree: a conversation id taken under one workflow
 cannot be reused under another. CREATE_SESSION claims its child ids on the
 parent's actor thread before the commit is durable, so two parents never
 create the same child.
+
+Creating a scope costs no synced transaction of its own: its record is
+queued for the next group commit, which its first durable commit leads (so
+both share one transaction), or the flusher within ``flush_interval``. After
+a crash a scope exists if its record or any commit of it was durable; one
+created and never committed nor flushed may be absent, and is then created
+afresh, empty, on next use (it held nothing). The record always precedes the
+scope's commits in the writer's queue, so no commit is ever durable without
+its scope. See docs/adr/0016.
+
+A cell is built without an actor; the first request starts one.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
+from victor_actors._archive import MemoryArchive
 from victor_actors._cell import ScopeCell
 from victor_actors._errors import CheckpointCorruptError, RuntimeClosedError, ScopeAccessError
 from victor_actors._kernel import Kernel
@@ -29,52 +41,104 @@ logger = logging.getLogger("victor_actors")
 class ScopeTree:
     """Creation, lookup and restore of one kernel's scopes.
 
-    ``start(cell)`` gives a new cell its actor; ``create_record(ref,
-    lineage)`` makes a new scope durable before it starts; ``restored(cell)``
-    is told of every scope brought back from the store (to redeliver its
-    pending tool requests).
+    ``create_record(ref, lineage)`` queues a new scope's record;
+    ``restored(cell)`` is told of every scope brought back from the store
+    (to redeliver its pending tool requests); ``grew()`` of every new
+    resident cell (so the passivator can keep the resident set bounded).
+    ``archive`` holds evicted scopes of a manager without a store.
     """
 
     def __init__(
         self,
         kernel: Kernel,
         *,
-        start: Callable[[ScopeCell], None],
         create_record: Callable[[ScopeRef, tuple[ScopeRef, ...]], None],
         restored: Callable[[ScopeCell], None],
+        grew: Callable[[], None],
+        archive: MemoryArchive | None,
     ) -> None:
         self.kernel = kernel
-        self._start_actor = start
         self._create_record = create_record
         self._restored = restored
+        self._grew = grew
+        self.archive = archive
         self._reserved: dict[ScopeRef, ScopeRef] = {}  # session ids claimed by a commit in flight
         self.recovery_reports: list[RecoveryReport] = []
 
     # -- lookup ---------------------------------------------------------------
 
     def find(self, ref: ScopeRef) -> ScopeCell | None:
-        """The cell of an existing scope (restoring it from the store), or None."""
+        """The cell of an existing scope (bringing an evicted one back), or None."""
         kernel = self.kernel
         cell = kernel.cells.get(ref)
-        if cell is not None or kernel.store is None:
+        if cell is not None and not cell.evicted:
             return cell
+        if kernel.store is None and self.archive is None:
+            return None
         with kernel.lock:
-            return kernel.cells.get(ref) or self._restore(ref)
+            cell = kernel.cells.get(ref) or self._restore(ref)
+        if cell is not None and cell.source != "memory":
+            self._grew()
+        return cell
+
+    def resolve(self, ref: ScopeRef) -> ScopeCell:
+        """:meth:`find`, raising ScopeAccessError for a scope that does not exist."""
+        cell = self.find(ref)
+        if cell is None:
+            raise ScopeAccessError(f"no scope {ref} exists")
+        return cell
 
     def parent(self, ref: ScopeRef) -> ScopeRef | None:
         cell = self.kernel.cells.get(ref)
         return None if cell is None else cell.state.parent
 
     def children(self, ref: ScopeRef | None) -> list[ScopeRef]:
-        return list(self.kernel.children.get(ref, ()))
+        """The resident children of ``ref`` (evicted ones hold nothing to restart)."""
+        with self.kernel.lock:
+            return list(self.kernel.children.get(ref, ()))
 
-    def refs(self) -> list[ScopeRef]:
-        """Every scope instance, live or only in the store."""
-        refs = dict.fromkeys(self.kernel.cells)
-        store = self.kernel.store
-        if store is not None:
-            refs.update(dict.fromkeys(r.ref for r in store.scope_records()))
-        return list(refs)
+    def exists(self, ref: ScopeRef) -> bool:
+        """Whether ``ref`` exists: resident, evicted, or in the store; nothing is loaded."""
+        kernel = self.kernel
+        if ref in kernel.cells:
+            return True
+        if self.archive is not None and ref in self.archive:
+            return True
+        return kernel.store is not None and kernel.store.scope_record(ref) is not None
+
+    def refs(self) -> Iterator[ScopeRef]:
+        """Every scope instance, resident, evicted or only in the store: each once, read page by page."""
+        kernel = self.kernel
+        store = kernel.store
+        resident = list(kernel.cells)
+        if store is None:
+            yield from resident
+            if self.archive is not None:
+                yield from (r for r in self.archive.refs() if r not in kernel.cells)
+            return
+        page = 1000
+        after: ScopeRef | None = None
+        while True:
+            try:
+                records = store.level_page(None, after, page)
+            except CheckpointCorruptError as exc:
+                if exc.fatal:
+                    raise
+                # a damaged record in this page: the rest by the slow reader, which skips it
+                key = store.layout.ref_key
+                past = b"" if after is None else key(after)
+                rest = sorted(store.scope_records(), key=lambda r: key(r.ref))
+                yield from (r.ref for r in rest if after is None or key(r.ref) > past)
+                break
+            for record in records:
+                yield record.ref
+            if len(records) < page:
+                break
+            after = records[-1].ref
+        # resident scopes whose record is still queued for the next group commit
+        for ref in resident:
+            if store.scope_record(ref) is None and ref in kernel.cells:
+                yield ref
 
     # -- creation ---------------------------------------------------------------
 
@@ -91,13 +155,13 @@ class ScopeTree:
         """
         kernel = self.kernel
         cell = kernel.cells.get(ref)
-        if cell is not None and (parent is None or cell.state.parent == parent):
+        if cell is not None and not cell.evicted and (parent is None or cell.state.parent == parent):
             return cell
         with kernel.lock:
             if kernel.closed:
                 raise RuntimeClosedError("the manager is closed")
             cell = kernel.cells.get(ref)
-            if cell is None and kernel.store is not None:
+            if cell is None:
                 cell = self._restore(ref)
             if cell is not None:
                 if parent is not None and cell.state.parent != parent:
@@ -117,7 +181,7 @@ class ScopeTree:
                 lineage: tuple[ScopeRef, ...] = ()
             else:
                 parent_ref = GLOBAL_REF if parent is None else parent
-                parent_cell = kernel.cells.get(parent_ref)
+                parent_cell = kernel.cells.get(parent_ref) or self._restore(parent_ref)
                 if parent_cell is None:
                     raise ScopeAccessError(f"cannot create {ref}: its parent {parent_ref} does not exist")
                 lineage = (parent_ref, *parent_cell.state.lineage)
@@ -130,10 +194,15 @@ class ScopeTree:
                     ref=ref,
                 )
             self._create_record(ref, lineage)
-            return self.start(ScopeState(ref=ref, lineage=lineage))
+            cell = self.start(ScopeState(ref=ref, lineage=lineage))
+        self._grew()
+        return cell
 
-    def start(self, state: ScopeState) -> ScopeCell:
-        """Register and start the cell owning ``state`` (its parent is live). Holds the kernel's lock."""
+    def start(self, state: ScopeState, source: str = "new") -> ScopeCell:
+        """Register the cell owning ``state`` (its parent is resident). Holds the kernel's lock.
+
+        The cell has no actor yet: the first request starts one.
+        """
         kernel = self.kernel
         if state.lineage:
             parent = kernel.cells[state.lineage[0]]
@@ -141,16 +210,27 @@ class ScopeTree:
         else:
             ancestors = ()
         cell = ScopeCell(state, ancestors, kernel.durability)
-        cell.observer = kernel.observer
-        self._start_actor(cell)
+        cell.source = source
         kernel.register(cell)
         return cell
 
     def _restore(self, ref: ScopeRef) -> ScopeCell | None:
-        """Bring a stored scope (and, first, its ancestors) back to life. Holds the kernel's lock."""
+        """Bring an evicted or stored scope (and, first, its ancestors) back. Holds the kernel's lock."""
         kernel = self.kernel
+        archive = self.archive
+        if archive is not None:
+            state = archive.peek(ref)
+            if state is None:
+                return None
+            for anc in reversed(state.lineage):
+                if anc not in kernel.cells and self._restore(anc) is None:
+                    raise ScopeAccessError(f"{ref}'s ancestor {anc} is missing")
+            state = archive.take(ref)
+            assert state is not None
+            return self.start(state, "memory")
         store = kernel.store
-        assert store is not None
+        if store is None:
+            return None
         record = store.scope_record(ref)
         if record is None:
             return None
@@ -163,7 +243,7 @@ class ScopeTree:
             self.recovery_reports.append(report)
             if not store.read_only and report.latest_stored_version > state.version:
                 store.submit([store.op_quarantine_after(ref, state.version)], wait=True)
-        cell = self.start(state)
+        cell = self.start(state, "store")
         self._restored(cell)
         return cell
 
@@ -181,6 +261,12 @@ class ScopeTree:
             for ref in refs:
                 cell = kernel.cells.get(ref)
                 owner = cell.state.parent if cell is not None else self._reserved.get(ref)
+                if owner is None and self.archive is not None:
+                    archived = self.archive.peek(ref)
+                    cell_or_archived = archived is not None
+                    owner = archived.parent if archived is not None else None
+                    if cell_or_archived and owner != parent:
+                        raise ScopeAccessError(f"CREATE_SESSION: {ref} already exists under {owner}")
                 if owner is None and kernel.store is not None:
                     record = kernel.store.scope_record(ref)
                     owner = record.lineage[0] if record is not None and record.lineage else None

@@ -176,8 +176,8 @@ def apply_across(
         if not ok:
             error = payload
             break
-        old, new, record = payload
-        votes.append(Vote(participant, old, new, record))
+        old, new, record, served = payload
+        votes.append(Vote(served, old, new, record))
     return _decide(kernel, cell, txn, votes, {r: tuple(p[0]) for r, p in parts.items()}, error)
 
 
@@ -214,8 +214,9 @@ def _decide(
     finally:
         txn.finish(COMMITTED)
     txn.wait_participants(len(votes), GRACE + 4.0)
-    mine = next(v.record for v in votes if v.cell is cell)
-    related = tuple(v.record for v in votes if v.cell is not cell and v.new is not v.old)
+    applying = cell.state.ref
+    mine = next(v.record for v in votes if v.old.ref == applying)
+    related = tuple(v.record for v in votes if v.old.ref != applying and v.new is not v.old)
     return attrs.evolve(mine, involved=involved, related=related)
 
 
@@ -296,8 +297,8 @@ def transact(
                 if not ok:
                     error = payload
                     break
-                old, new, record = payload
-                votes.append(Vote(participant, old, new, record))
+                old, new, record, served = payload
+                votes.append(Vote(served, old, new, record))
     for _participant, _state, work in locked.values():
         work.put(None)  # never got its part: let it go (the transaction aborts below)
     return _decide(kernel, cell, txn, votes, parts, error)

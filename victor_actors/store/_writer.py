@@ -192,9 +192,13 @@ class GroupCommitWriter:
                     cond.notify_all()
 
     def flush(self) -> None:
-        """Return once everything submitted before the call is durable."""
-        if not self._closed:
-            self.submit([], wait=True)
+        """Return once everything submitted before the call is durable (at once if nothing is pending)."""
+        if self._closed:
+            return
+        with self._cond:
+            if not self._pending and not self._leading:
+                return
+        self.submit([], wait=True)
 
     def _flush_loop(self) -> None:
         cond = self._cond
