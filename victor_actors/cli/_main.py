@@ -100,7 +100,30 @@ def _parser() -> argparse.ArgumentParser:
         p.set_defaults(run=run)
         return p
 
-    command("inspect", views.inspect, "the scope tree with versions, checkpoints and stored bytes", None)
+    tree = "the scope tree with versions, checkpoints and stored bytes, a page at a time"
+    inspect = command("inspect", views.inspect, tree, None)
+    inspect.set_defaults(check=views.parse_inspect)
+    inspect.add_argument(
+        "--limit",
+        default=str(views.DEFAULT_LIMIT),
+        metavar="N",
+        help=f"at most N rows, read a page at a time (default {views.DEFAULT_LIMIT}; 0: all of them)",
+    )
+    inspect.add_argument(
+        "--after",
+        metavar="REF",
+        help="start after this scope: the --after value the previous page printed, e.g. conversation:c000123",
+    )
+    inspect.add_argument(
+        "--level",
+        metavar="LEVEL",
+        help="a flat list of the scopes of LEVEL (global, team, workflow or conversation), in key order",
+    )
+    inspect.add_argument(
+        "--prefix",
+        metavar="ID_PREFIX",
+        help="a flat list of the scopes whose id starts with ID_PREFIX (of --level if given, else any level)",
+    )
     history = command("history", views.history, "one line per stored commit of a scope")
     history.add_argument(
         "--limit", type=_version_arg, metavar="N", help="only the newest N commits (0: all, the default)"
@@ -154,6 +177,13 @@ def main(argv: list[str] | None = None) -> int:
         return web.run_command(args, encryption=keyring)
     if args.command == "rekey":
         return _rekey(args)
+    check: Callable[[argparse.Namespace], None] | None = getattr(args, "check", None)
+    if check is not None:  # the command's own options, checked before the store is opened
+        try:
+            check(args)
+        except ValueError as exc:
+            views.err(exc)
+            return 2
     run: Command = args.run
     try:
         with GlobalStateManager.open(args.path, read_only=True, encryption=keyring_of(args)) as manager:
