@@ -34,7 +34,7 @@ LAYERS: list[tuple[str, list[str]]] = [
     ),
     ("core", ["_reducer"]),
     ("store", ["store.*"]),
-    ("shell", ["_events", "_crosstxn", "_messages", "_cell", "_actor"]),
+    ("shell", ["_events", "_crosstxn", "_messages", "_cell", "_threads", "_actor"]),
     ("kernel", ["_kernel", "_txn"]),
     ("services", ["_durability", "_archive", "_tree", "_supervision", "_passivation", "_runs", "_tools", "_runtime"]),
     ("facade", ["_handle", "_manager"]),

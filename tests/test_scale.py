@@ -19,6 +19,7 @@ from victor_actors import (
     StateChanged,
     TransitionBatch,
 )
+from victor_actors._threads import MAX_PARKED, PARKED_NAME
 
 
 def _live(handle: object) -> bool:
@@ -63,15 +64,16 @@ def test_the_live_actor_cap_evicts_least_recently_used(tmp_path: Path) -> None:
         convs = [m.get_conversation_state(f"c{i}") for i in range(60)]
         for i, c in enumerate(convs):
             c.set("i", i)
+        m.quiesce()  # the cap is kept by the evictor thread, off the requests' path
         stats = m.stats()
         assert stats["live_actors"] <= 10
-        assert stats["peak_live_actors"] <= 11
         assert stats["evictions"] >= 50
         # the most recently used survive; early ones were evicted and come back on demand
         assert _live(convs[-1]) and not _live(convs[0])
         for i, c in enumerate(convs):
             assert c.get("i") == i and c.version == 1
         assert convs[0].set("i", 100).version == 2
+        m.quiesce()
         assert m.stats()["live_actors"] <= 10
 
 
@@ -250,6 +252,7 @@ def test_closing_with_many_passivated_scopes_is_prompt() -> None:
     m = GlobalStateManager.open(max_live_actors=50)
     for i in range(500):
         m.get_conversation_state(f"c{i}").set("k", i)
+    m.quiesce()  # the cap is kept off the requests' path: let the evictor finish its round
     before = m.stats()
     assert before["live_actors"] <= 50 and before["passivated_scopes"] >= 450
     started = time.monotonic()
@@ -259,6 +262,7 @@ def test_closing_with_many_passivated_scopes_is_prompt() -> None:
     assert m.stats()["activations"] == before["activations"]  # no passivated scope was woken to close it
     leftover = [t for t in threading.enumerate() if t not in threads_before]
     for t in leftover:
-        t.join(2.0)  # every actor thread was told to stop: each exits on its own
-    assert [t.name for t in leftover if t.is_alive()] == []
-    assert threading.active_count() < 100
+        if t.name != PARKED_NAME:
+            t.join(2.0)  # every actor thread was told to stop: each exits, or parks for the next actor
+    assert [t.name for t in leftover if t.is_alive() and t.name != PARKED_NAME] == []
+    assert len([t for t in leftover if t.name == PARKED_NAME]) <= MAX_PARKED

@@ -228,15 +228,17 @@ def test_asyncio_callers_under_the_cap_lose_no_update(tmp_path: Path) -> None:
     async def main(m: GlobalStateManager) -> int:
         handles = [m.get_conversation_state(f"a{i}") for i in range(40)]
 
-        async def bump(h: Any, times: int) -> None:
-            for _ in range(times):
+        async def worker(seed: int) -> None:  # 8 callers at once, each over every scope
+            rnd = random.Random(seed)
+            for _ in range(50):
+                h = rnd.choice(handles)
                 await h.amodify(lambda s: TransitionBatch().update_state("n", (s.get_state("n") or 0) + 1))
 
-        await asyncio.gather(*(bump(h, 5) for h in handles for _ in range(2)))
-        return sum(h.get("n") for h in handles)
+        await asyncio.gather(*(worker(s) for s in range(8)))
+        return sum(h.get("n") or 0 for h in handles)
 
     with GlobalStateManager.open(tmp_path / "db", durability="sync", max_live_actors=3) as m:
-        assert asyncio.run(main(m)) == 40 * 10
+        assert asyncio.run(main(m)) == 8 * 50
         assert m.stats()["evicted"] > 0
 
 

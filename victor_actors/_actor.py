@@ -33,11 +33,11 @@ from victor_actors._model import ScopeRef
 from victor_actors._reducer import reduce
 from victor_actors._reducer import reset as _reset_step
 from victor_actors._state import ScopeState, StateChanged
+from victor_actors._threads import run_on_actor_thread
 
 __all__ = ["ActorHost", "Persist", "ScopeActor"]
 
 logger = logging.getLogger("victor_actors")
-_stack_lock = threading.Lock()
 _actor_numbers = itertools.count(1)
 
 
@@ -100,16 +100,9 @@ class ScopeActor(pykka.ThreadingActor):
         self._cell.owner = None
         del self._cell, self._host, self._persist
 
-    stack_size = 512 * 1024  # scope actors need little stack; thousands of threads add up
-
     def _start_actor_loop(self) -> None:
-        # threading.stack_size is process-wide: set it only around this thread's start.
-        with _stack_lock:
-            previous = threading.stack_size(self.stack_size)
-            try:
-                super()._start_actor_loop()
-            finally:
-                threading.stack_size(previous)
+        # one thread per live actor, as pykka has it, but threads are reused (see _threads)
+        run_on_actor_thread(self._actor_loop)
 
     def on_receive(self, message: Any) -> Any:
         cell = self._cell

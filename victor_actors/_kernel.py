@@ -88,7 +88,8 @@ class Kernel:
         self.cells: dict[ScopeRef, ScopeCell] = {}  # resident scopes only
         # resident children of each resident scope, in the order they became resident; a scope
         # with resident children stays resident (their cells hold its cell as an ancestor)
-        self.children: dict[ScopeRef | None, list[ScopeRef]] = {}
+        # (a dict as an ordered set: an eviction takes a child out in O(1))
+        self.children: dict[ScopeRef | None, dict[ScopeRef, None]] = {}
         # subscribers of each subscribed scope, resident or not: a new cell takes them from here
         self.subscriptions: dict[ScopeRef, tuple[Subscription, ...]] = {}
         self.evicted_commits = 0  # commits counted by cells that have since been evicted
@@ -124,7 +125,7 @@ class Kernel:
         cell.subscribers = self.subscriptions.get(ref, ())
         cell.observer = self.observer
         self.cells[ref] = cell
-        self.children.setdefault(cell.state.parent, []).append(ref)
+        self.children.setdefault(cell.state.parent, {})[ref] = None
 
     def unregister(self, cell: ScopeCell) -> None:
         """Take an evicted cell out of the registry and its parent's children. Holds ``lock``."""
@@ -135,7 +136,7 @@ class Kernel:
         self.children.pop(ref, None)
         siblings = self.children.get(cell.state.parent)
         if siblings is not None:
-            siblings.remove(ref)
+            siblings.pop(ref, None)
             if not siblings:
                 del self.children[cell.state.parent]
         self.evicted_commits += cell.commits

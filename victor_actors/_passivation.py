@@ -107,6 +107,8 @@ class Passivator:
         self.eviction_rounds = 0
         self.eviction_ns = 0  # time spent in rounds, on the evictor thread (or passivate_idle's caller)
         self._wake = threading.Event()
+        self._idle = threading.Condition()  # notified when the evictor finishes a round
+        self._working = False
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         if idle_timeout is not None or max_live_actors is not None:
@@ -265,10 +267,12 @@ class Passivator:
         interval = None if idle is None else max(idle / 2, 0.01)
         while not self._stop.is_set():
             self._wake.wait(interval)
-            self._wake.clear()
-            if self._stop.is_set() or self._kernel.closed:
-                return
+            with self._idle:
+                self._working = True
+                self._wake.clear()
             try:
+                if self._stop.is_set() or self._kernel.closed:
+                    return
                 with self._round_lock:
                     start = time.perf_counter_ns()
                     self._enforce_cap()
@@ -277,6 +281,30 @@ class Passivator:
                     self._count_round(start)
             except Exception:  # the evictor must not die
                 logger.exception("passivating idle scopes failed")
+            finally:
+                with self._idle:
+                    self._working = False
+                    self._idle.notify_all()
+
+    def settle(self, timeout: float) -> bool:
+        """Wait until the evictor has no round asked for or running; False at the timeout.
+
+        ``max_live_actors`` is kept off the requests' path, so for a moment
+        after a burst more actors may be live than the cap; once settled,
+        at most the cap are (less what pins hold).
+        """
+        if self._thread is None:
+            return True
+        end = time.monotonic() + timeout
+        with self._idle:
+            while self._working or self._wake.is_set():
+                if self._stop.is_set() or not self._thread.is_alive():
+                    return True
+                left = end - time.monotonic()
+                if left <= 0:
+                    return False
+                self._idle.wait(left)
+        return True
 
     def _count_round(self, start: int) -> None:
         with self._lock:

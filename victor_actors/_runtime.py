@@ -154,6 +154,7 @@ class Runtime:
             quiet = self.tools.wait_idle(max(end - time.monotonic(), 0.0))
             quiet = kernel.barrier(kernel.all_cells(), Barrier(), end) and quiet
             quiet = kernel.bus.barrier(max(end - time.monotonic(), 0.05)) and quiet
+            quiet = self.passivator.settle(max(end - time.monotonic(), 0.0)) and quiet
             if quiet and self._activity() == before:
                 return
             if time.monotonic() >= end:
