@@ -109,6 +109,7 @@ class Passivator:
         self._wake = threading.Event()
         self._idle = threading.Condition()  # notified when the evictor finishes a round
         self._working = False
+        self._leftover = 0  # cells the last round stopped but could not evict yet: retried soon
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         if idle_timeout is not None or max_live_actors is not None:
@@ -192,24 +193,34 @@ class Passivator:
             self.live -= 1
         return True
 
-    def _evict(self, cells: list[ScopeCell]) -> int:
-        """Take actor-less ``cells`` out of memory where no pin holds them; return how many left."""
+    def _evict(self, cells: list[ScopeCell], wait: bool) -> int:
+        """Take actor-less ``cells`` out of memory where no pin holds them; return how many left.
+
+        With ``wait``, first wait for each stopped actor to finish; without,
+        a cell whose actor has not finished yet stays resident for the next
+        round (the evictor never waits on one actor at a time).
+        """
         kernel = self._kernel
-        running: set[int] = set()  # cells whose stopped actor has not exited yet
+        running: set[int] = set()  # cells whose stopped actor has not finished yet
         for cell in cells:
             stopping = cell.stopping
             if stopping is not None:
                 try:
-                    stopping.get(timeout=_STOP_WAIT)
+                    stopping.get(timeout=_STOP_WAIT if wait else 0)
                 except pykka.Timeout:
-                    logger.warning("%s's actor did not stop within %s s; it stays resident", cell, _STOP_WAIT)
+                    if wait:
+                        logger.warning(
+                            "%s's actor did not stop within %s s; it stays resident", cell, _STOP_WAIT
+                        )
                     running.add(id(cell))
         self._before_evict()  # what the next cell will load is in the store
         busy = self._busy_refs()
         archive = self._archive
         encoded: dict[int, bytes] = {}
         if archive is not None:  # encode outside the kernel's lock; checked unchanged below
-            encoded = {id(c): archive.encode(c.state) for c in cells if c.actor is None}
+            encoded = {
+                id(c): archive.encode(c.state) for c in cells if c.actor is None and id(c) not in running
+            }
         # children first: a parent can go once its last resident child has gone
         cells = sorted(cells, key=lambda c: -len(c.state.lineage))
         gone = 0
@@ -235,6 +246,8 @@ class Passivator:
                     cell.lock.release()
         with self._lock:
             self.evicted += gone
+        if not wait:
+            self._leftover = len(running)
         return gone
 
     def _enforce_cap(self) -> None:
@@ -246,7 +259,7 @@ class Passivator:
         cells = list(kernel.cells.values())
         live = [c for c in cells if c.actor is not None]
         idle = [c for c in cells if c.actor is None and not c.evicted]
-        if len(live) <= cap and len(cells) <= cap + _slack(cap):
+        if len(live) <= cap and len(cells) <= cap + _slack(cap) and not self._leftover:
             return
         busy = self._busy_refs()
         stopped: list[ScopeCell] = []
@@ -260,13 +273,14 @@ class Passivator:
                     stopped.append(cell)
             with self._lock:
                 self.evictions += len(stopped)
-        self._evict(stopped + idle)
+        self._evict(stopped + idle, wait=False)
 
     def _loop(self) -> None:
         idle = self.idle_timeout
         interval = None if idle is None else max(idle / 2, 0.01)
         while not self._stop.is_set():
-            self._wake.wait(interval)
+            # a round that left stopped actors behind comes back for them in a moment
+            self._wake.wait(0.005 if self._leftover else interval)
             with self._idle:
                 self._working = True
                 self._wake.clear()
@@ -277,7 +291,7 @@ class Passivator:
                     start = time.perf_counter_ns()
                     self._enforce_cap()
                     if idle is not None:
-                        self._sweep(idle)
+                        self._sweep(idle, wait=False)
                     self._count_round(start)
             except Exception:  # the evictor must not die
                 logger.exception("passivating idle scopes failed")
@@ -297,7 +311,7 @@ class Passivator:
             return True
         end = time.monotonic() + timeout
         with self._idle:
-            while self._working or self._wake.is_set():
+            while self._working or self._wake.is_set() or self._leftover:
                 if self._stop.is_set() or not self._thread.is_alive():
                     return True
                 left = end - time.monotonic()
@@ -322,18 +336,18 @@ class Passivator:
             return 0
         with self._round_lock:
             start = time.perf_counter_ns()
-            count = self._sweep(idle)
+            count = self._sweep(idle, wait=True)
             self._count_round(start)
         return count
 
-    def _sweep(self, idle: float) -> int:
+    def _sweep(self, idle: float, wait: bool) -> int:
         limit = time.monotonic() - idle
         cells = [c for c in list(self._kernel.cells.values()) if c.last_active <= limit]
         if not cells:
             return 0
         busy = self._busy_refs()
         stopped = [c for c in cells if c.actor is not None and self.passivate(c, busy)]
-        self._evict([c for c in cells if c.actor is None])
+        self._evict([c for c in cells if c.actor is None], wait)
         return len(stopped)
 
     def close(self) -> None:

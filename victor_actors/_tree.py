@@ -31,7 +31,7 @@ from victor_actors._errors import CheckpointCorruptError, RuntimeClosedError, Sc
 from victor_actors._kernel import Kernel
 from victor_actors._model import GLOBAL_REF, ScopeRef, StateScope
 from victor_actors._state import ScopeState
-from victor_actors.store import RecoveryReport
+from victor_actors.store import RecoveryReport, ScopeRecord
 
 __all__ = ["ScopeTree"]
 
@@ -161,7 +161,11 @@ class ScopeTree:
             if kernel.closed:
                 raise RuntimeClosedError("the manager is closed")
             cell = kernel.cells.get(ref)
-            if cell is None:
+            stored = False  # the store holds commits or checkpoints of ref
+            if cell is None and kernel.store is not None:
+                record, stored = kernel.store.probe(ref)  # one read transaction
+                cell = None if record is None else self._restore(ref, record)
+            elif cell is None:
                 cell = self._restore(ref)
             if cell is not None:
                 if parent is not None and cell.state.parent != parent:
@@ -185,7 +189,7 @@ class ScopeTree:
                 if parent_cell is None:
                     raise ScopeAccessError(f"cannot create {ref}: its parent {parent_ref} does not exist")
                 lineage = (parent_ref, *parent_cell.state.lineage)
-            if kernel.store is not None and kernel.store.has_records(ref):
+            if stored:
                 # its scope record is gone (damaged?) but its history is not: creating it afresh
                 # would start at version 0 and overwrite acknowledged commits
                 raise CheckpointCorruptError(
@@ -214,7 +218,7 @@ class ScopeTree:
         kernel.register(cell)
         return cell
 
-    def _restore(self, ref: ScopeRef) -> ScopeCell | None:
+    def _restore(self, ref: ScopeRef, record: ScopeRecord | None = None) -> ScopeCell | None:
         """Bring an evicted or stored scope (and, first, its ancestors) back. Holds the kernel's lock."""
         kernel = self.kernel
         archive = self.archive
@@ -231,7 +235,8 @@ class ScopeTree:
         store = kernel.store
         if store is None:
             return None
-        record = store.scope_record(ref)
+        if record is None:
+            record = store.scope_record(ref)
         if record is None:
             return None
         for anc in reversed(record.lineage):

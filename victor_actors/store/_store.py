@@ -677,6 +677,34 @@ class Store:
             raise CheckpointCorruptError(f"the head record of {ref} fails its checksum", ref=ref)
         return int(version)
 
+    def probe(self, ref: ScopeRef) -> tuple[ScopeRecord | None, bool]:
+        """``(scope_record(ref), has_records(ref))`` in one read transaction: what a lookup of a
+        scope that is not in memory needs to tell "stored", "new" and "damaged" apart."""
+        layout = self.layout
+        key = layout.ref_key(ref)
+        scopes, log, ckpt = self.dbs.get("scopes"), self.dbs.get("log"), self.dbs.get("ckpt")
+
+        def read() -> tuple[bytes | None, bool]:
+            with self.env.begin() as txn:
+                raw = None if scopes is None else txn.get(key, db=scopes)
+                if raw is not None:
+                    return bytes(raw), True
+                if log is not None and txn.get(layout.head_key(ref), db=log) is not None:
+                    return None, True
+                for db in (log, ckpt):
+                    if db is None:
+                        continue
+                    cursor = txn.cursor(db=db)
+                    if cursor.set_range(key) and bytes(cursor.key()).startswith(key):
+                        return None, True
+                return None, False
+
+        raw, stored = self._read(read)
+        if raw is None:
+            return None, stored
+        plain = self._unsealed(raw, "scopes", key, f"the scope record of {ref}")
+        return self.codec.decode_scope(plain, ref=ref, place=place("scopes", key)), True
+
     def has_records(self, ref: ScopeRef) -> bool:
         """Whether any commit, checkpoint or head of ``ref`` is stored (with or without its scope record)."""
         prefix = self.layout.ref_key(ref)
