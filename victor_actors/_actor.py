@@ -28,14 +28,14 @@ from victor_actors._errors import (
     VictorActorsError,
 )
 from victor_actors._events import Subscription
-from victor_actors._messages import ApplyRequest, Barrier, PrepareRequest, RestartRequest
+from victor_actors._messages import ApplyRequest, Barrier, PrepareRequest, RestartRequest, answer_all
 from victor_actors._model import ScopeRef
 from victor_actors._reducer import reduce
 from victor_actors._reducer import reset as _reset_step
 from victor_actors._state import ScopeState, StateChanged
 from victor_actors._threads import run_on_actor_thread
 
-__all__ = ["ActorHost", "Persist", "ScopeActor"]
+__all__ = ["ActorHost", "Persist", "ScopeActor", "Stager"]
 
 logger = logging.getLogger("victor_actors")
 _actor_numbers = itertools.count(1)
@@ -43,6 +43,35 @@ _actor_numbers = itertools.count(1)
 
 # Makes a commit durable before it is published; raises if it cannot.
 Persist = Callable[[ScopeCell, ScopeState, StateChanged, ApplyRequest], None]
+
+
+class Stager(Protocol):
+    """Group commit for one scope's requests: ``ops`` encodes a commit, ``commit`` makes many durable.
+
+    ``commit(ops)`` writes every op in one store job (so in one LMDB
+    transaction) and returns once it is durable; it raises, and writes
+    nothing, if the transaction fails.
+    """
+
+    def ops(
+        self, cell: ScopeCell, new_state: ScopeState, record: StateChanged, req: ApplyRequest
+    ) -> list[Any]: ...
+    def commit(self, ops: list[Any]) -> None: ...
+
+
+class _Staged:
+    """A commit reduced and encoded, waiting for its group's transaction before it is published."""
+
+    __slots__ = ("new", "old", "ops", "record", "req")
+
+    def __init__(
+        self, old: ScopeState, new: ScopeState, record: StateChanged, req: ApplyRequest, ops: list[Any]
+    ) -> None:
+        self.old = old
+        self.new = new
+        self.record = record
+        self.req = req
+        self.ops = ops
 
 
 class ActorHost(Protocol):
@@ -79,7 +108,9 @@ class ScopeActor(pykka.ThreadingActor):
 
     use_daemon_thread = True
 
-    def __init__(self, cell: ScopeCell, host: ActorHost, persist: Persist | None = None) -> None:
+    def __init__(
+        self, cell: ScopeCell, host: ActorHost, persist: Persist | None = None, stager: Stager | None = None
+    ) -> None:
         # pykka's own __init__ names every actor with uuid.uuid4(): a user's test that patches
         # uuid4 (LangGraph's suite does) would see its ids consumed by our actors. Set the same
         # three fields it sets, with a name drawn from a counter instead.
@@ -88,6 +119,8 @@ class ScopeActor(pykka.ThreadingActor):
         self.actor_stopped = threading.Event()
         self._actor_ref = pykka.ActorRef(self)
         self._persist = persist
+        self._stager = stager
+        self._staged: list[_Staged] = []
         self._host = host
         self._cell = cell
 
@@ -95,10 +128,12 @@ class ScopeActor(pykka.ThreadingActor):
         self._cell.owner = threading.current_thread()
 
     def on_stop(self) -> None:
+        if self._staged:
+            self._settle()
         # pykka's actor and its ref point at each other: without this the cell (and its state)
         # would wait for the cyclic collector after an eviction instead of going at once
         self._cell.owner = None
-        del self._cell, self._host, self._persist
+        del self._cell, self._host, self._persist, self._stager
 
     def _start_actor_loop(self) -> None:
         # one thread per live actor, as pykka has it, but threads are reused (see _threads)
@@ -108,10 +143,109 @@ class ScopeActor(pykka.ThreadingActor):
         cell = self._cell
         cell.busy = True
         try:
+            if message.__class__ is ApplyRequest and self._stages(message):
+                self._stage(message)
+                if self._staged and self.actor_inbox.empty():
+                    self._settle()
+                return None
+            if self._staged:  # anything else sees only durable, published commits
+                self._settle()
             return self._dispatch(message)
         finally:
-            cell.busy = False
+            cell.busy = bool(self._staged)  # staged commits keep the scope from being passivated
             cell.last_active = time.monotonic()
+
+    # -- group commit of one scope's requests ------------------------------------------------
+    #
+    # An asyncio caller's request (it has a reply object) to a scope in sync durability is
+    # reduced on top of the commits staged before it and staged itself; once the mailbox is
+    # empty the whole group is written in one store job, so in one LMDB transaction, and only
+    # when that is durable are its states published and its callers answered, in order. While
+    # the transaction syncs, new requests wait in the mailbox, and become the next group. If the
+    # transaction fails, every commit of the group fails with the store's error and the scope
+    # stays at its last durable version: nothing staged was ever visible.
+
+    def _stages(self, req: ApplyRequest) -> bool:
+        return (
+            self._stager is not None
+            and req.reply is not None
+            and req.trace is None
+            and req.reset_to is None
+            and self._cell.durability == "sync"
+        )
+
+    def _stage(self, req: ApplyRequest) -> None:
+        cell = self._cell
+        reply = req.reply
+        assert reply is not None and self._stager is not None
+        state = self._staged[-1].new if self._staged else cell.state
+        token = RUN_ID.set(req.run_id) if req.run_id is not None else None
+        try:
+            observer = cell.observer
+            if observer is not None:
+                observer("received", state.ref, req)
+            self._admit(state, req.deadline, req.expected_version, "request")
+            new_state, record = reduce(
+                state, req.transitions, commit_id=self._host.new_commit_id(), run_id=req.run_id,
+                timestamp=time.time(),
+            )  # fmt: skip
+            if new_state is state:  # nothing to write: answered in order with the group
+                self._staged.append(_Staged(state, state, record, req, []))
+                return
+            created = record.sessions_created
+            if created:
+                self._host.reserve_sessions(state.ref, created)
+            try:
+                ops = self._stager.ops(cell, new_state, record, req)
+            except BaseException:
+                if created:
+                    self._host.release_sessions(created)
+                raise
+            self._staged.append(_Staged(state, new_state, record, req, ops))
+        except VictorActorsError as exc:
+            reply.fail(exc)
+        except BaseException as exc:
+            logger.warning("%s failed while handling a request", state.ref, exc_info=True)
+            err = self._failed(state, exc)
+            err.__cause__ = exc
+            if self._staged:
+                self._settle()  # the group before it is not this request's failure
+            reply.fail(err)
+            self._supervise(exc)
+        finally:
+            if token is not None:
+                RUN_ID.reset(token)
+
+    def _settle(self) -> None:
+        """Write the staged group in one transaction; publish and answer it, or fail it whole."""
+        cell = self._cell
+        staged, self._staged = self._staged, []
+        ops = [op for item in staged for op in item.ops]
+        try:
+            if ops:
+                assert self._stager is not None
+                self._stager.commit(ops)
+        except BaseException as exc:
+            version = cell.state.version
+            logger.warning("%s: a group of %d commits failed in the store", cell.state.ref, len(staged))
+            for item in staged:
+                if item.record.sessions_created:
+                    self._host.release_sessions(item.record.sessions_created)
+                err = ScopeFailedError(
+                    f"{cell.state.ref}: the store could not commit ({exc}); nothing of the request "
+                    f"was applied and the scope stays at version {version}"
+                )
+                err.__cause__ = exc
+                assert item.req.reply is not None
+                item.req.reply.fail(err)
+            return
+        answers: list[tuple[Any, StateChanged]] = []
+        for item in staged:
+            if item.new is not item.old:
+                cell.state = item.new
+                self._after_publish(item.old, item.record)
+            answers.append((item.req.reply, item.record))
+        answer_all(answers)
 
     def _dispatch(self, message: Any) -> Any:
         if message.__class__ is Barrier:

@@ -14,7 +14,7 @@ from typing import Any
 
 import attrs
 
-from victor_actors._actor import Persist
+from victor_actors._actor import Persist, Stager
 from victor_actors._cell import ScopeCell
 from victor_actors._errors import (
     CheckpointNotFoundError,
@@ -94,6 +94,13 @@ class Durability:
                 store.submit(ops, wait=cell.durability == "sync")
 
         return persist
+
+    def stager(self) -> Stager | None:
+        """What an actor uses to write a group of its commits in one transaction (None without a store)."""
+        store = self.store
+        if store is None or store.read_only:
+            return None
+        return _GroupStager(self, store)
 
     def persist_many(self, parts: list[tuple[ScopeCell, ScopeState, StateChanged, Any]]) -> None:
         """Make several scopes' parts of one cross-scope commit durable in one LMDB transaction."""
@@ -231,3 +238,21 @@ class Durability:
             wait=True,
         )
         return state
+
+
+class _GroupStager:
+    """The durability service's side of an actor's group commit (see ``ScopeActor._stage``)."""
+
+    __slots__ = ("_durability", "_store")
+
+    def __init__(self, durability: Durability, store: Store) -> None:
+        self._durability = durability
+        self._store = store
+
+    def ops(
+        self, cell: ScopeCell, new_state: ScopeState, record: StateChanged, req: ApplyRequest
+    ) -> list[TxnOp]:
+        return self._durability._commit_ops(cell, new_state, record, req.transitions, False)
+
+    def commit(self, ops: list[TxnOp]) -> None:
+        self._store.submit(ops, wait=True)

@@ -352,6 +352,10 @@ class ScopeHandle:
                 if attempt > retries:
                     exc.add_note(f"modify gave up after {attempt} attempts, each with a fresh snapshot")
                     raise
+                if exc.ref == self.ref and exc.current_version > self.version:
+                    # the winner's commit is staged but not yet durable (group commit): an empty
+                    # request is answered once it is, so the next snapshot is not stale again
+                    yield Step(self.apply, self.aapply, (), timeout=timeout)
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _read_versions(

@@ -27,7 +27,15 @@ from victor_actors._model import StateTransition
 from victor_actors._state import ScopeState
 from victor_actors._trace import Call, Carrier
 
-__all__ = ["ApplyRequest", "AsyncReply", "Barrier", "PrepareRequest", "ResetTo", "RestartRequest"]
+__all__ = [
+    "ApplyRequest",
+    "AsyncReply",
+    "Barrier",
+    "PrepareRequest",
+    "ResetTo",
+    "RestartRequest",
+    "answer_all",
+]
 
 # Set the scope to this state as one commit (restore), or to what this function computes from
 # the current state on the actor's thread (run rollback; None: nothing to reset).
@@ -54,6 +62,27 @@ class AsyncReply:
 
     def fail(self, exc: BaseException) -> None:
         self._call(_set_exception, self.future, exc)
+
+
+def answer_all(answers: list[tuple[Any, Any]]) -> None:
+    """Answer many replies at once: one wake-up per event loop, not one per request."""
+    by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[Any], Any]]] = {}
+    for reply, value in answers:
+        if reply.__class__ is AsyncReply:
+            by_loop.setdefault(reply.loop, []).append((reply.future, value))
+        else:
+            reply.ok(value)
+    for loop, pairs in by_loop.items():
+        try:
+            loop.call_soon_threadsafe(_set_results, pairs)
+        except RuntimeError:  # the loop was closed; nobody is waiting any more
+            pass
+
+
+def _set_results(pairs: list[tuple[asyncio.Future[Any], Any]]) -> None:
+    for future, value in pairs:
+        if not future.done():
+            future.set_result(value)
 
 
 def _set_result(future: asyncio.Future[Any], value: Any) -> None:

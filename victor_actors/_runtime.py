@@ -53,6 +53,7 @@ class Runtime:
         self.kernel = kernel = Kernel(options, store)
         self.durability = Durability(kernel)
         self._persist = self.durability.persister()
+        self._stager = self.durability.stager()
         self.archive = MemoryArchive() if store is None else None
         self.passivator = Passivator(
             kernel,
@@ -84,7 +85,7 @@ class Runtime:
     # -- actors -------------------------------------------------------------
 
     def _spawn(self, cell: ScopeCell) -> pykka.ActorRef[Any]:
-        return ScopeActor.start(cell, self, self._persist)
+        return ScopeActor.start(cell, self, self._persist, self._stager)
 
     def _create_record(self, ref: ScopeRef, lineage: tuple[ScopeRef, ...]) -> None:
         self.durability.create_scope(ref, lineage)

@@ -10,7 +10,17 @@ process owns the store.
 map, so a file shorter than LMDB believes raises SIGBUS in the process
 (the library and ``victor-actors inspect`` alike). Before mapping, the two
 meta pages are read with plain file I/O; the newer one says how many pages
-the file holds, and a file shorter than that is refused with a typed error.
+the environment has allocated. A healthy file may be shorter than that: LMDB
+never writes pages that a transaction allocated and freed again, and when
+those are the last ones the file ends before them (a big group commit
+leaves a dozen such pages; a SIGKILL then keeps the file that way). So a
+short file is refused only when a page the store starts from lies past its
+end: the free list's root, the main database's root, or the root of any
+named database (read from the main root's leaf). Otherwise the missing tail
+is free space, and it is filled with zeros (``posix_fallocate``, which never
+shrinks a file or touches written data) before the file is mapped; damage
+deeper in a database then reads as a typed error (LMDB's corrupted-page
+check, or the records' CRCs), never as SIGBUS.
 """
 
 from __future__ import annotations
@@ -41,8 +51,15 @@ _LAST_AT = 8 + 8 + 8 + 2 * _DB_SIZE
 _PSIZE_AT = 8 + 8 + 8  # the free DB's md_pad holds the page size
 
 
-def _meta(raw: bytes, offset: int) -> tuple[int, int, int] | None:
-    """(page size, last page, txn id) of the meta page at ``offset``, or None if it is not one."""
+_ROOT_AT = 40  # md_root within an MDB_db record
+_FREE_AT = 8 + 8 + 8  # the free DB's record, after magic, version, address and map size
+_INVALID = (1 << 64) - 1  # P_INVALID: an empty database has no root
+_P_LEAF = 0x02
+_F_BIGDATA = 0x01
+
+
+def _meta(raw: bytes, offset: int) -> tuple[int, int, int, tuple[int, int]] | None:
+    """(page size, last page, txn id, (free root, main root)) of the meta page at ``offset``, or None."""
     start = offset + _PAGE_HEADER
     if len(raw) < start + _LAST_AT + _LAST.size:
         return None
@@ -51,11 +68,34 @@ def _meta(raw: bytes, offset: int) -> tuple[int, int, int] | None:
         return None
     (psize,) = struct.unpack_from("<I", raw, start + _PSIZE_AT)
     last_pg, txnid = _LAST.unpack_from(raw, start + _LAST_AT)
-    return psize, last_pg, txnid
+    roots = tuple(
+        struct.unpack_from("<Q", raw, start + _FREE_AT + i * _DB_SIZE + _ROOT_AT)[0] for i in (0, 1)
+    )
+    return psize, last_pg, txnid, (roots[0], roots[1])
+
+
+def _named_roots(page: bytes) -> list[int]:
+    """The roots of the named databases listed in the main database's root page (if it is a leaf)."""
+    if len(page) < _PAGE_HEADER:
+        return []
+    flags, lower = struct.unpack_from("<HH", page, 10)
+    if not flags & _P_LEAF:
+        return []
+    roots: list[int] = []
+    for i in range((lower - _PAGE_HEADER) // 2):
+        (at,) = struct.unpack_from("<H", page, _PAGE_HEADER + 2 * i)
+        if at + 8 > len(page):
+            return roots
+        size_lo, size_hi, node_flags, ksize = struct.unpack_from("<HHHH", page, at)
+        value = at + 8 + ksize
+        if node_flags & _F_BIGDATA or (size_lo | size_hi << 16) != _DB_SIZE or value + _DB_SIZE > len(page):
+            continue
+        roots.append(struct.unpack_from("<Q", page, value + _ROOT_AT)[0])
+    return roots
 
 
 def check_data_file(path: str) -> None:
-    """Refuse a ``data.mdb`` that is shorter than its meta pages say (or has none), before mapping it.
+    """Refuse a ``data.mdb`` cut short before a page it starts from; fill a free tail with zeros.
 
     Raises:
         CheckpointCorruptError: the file is truncated or its meta pages are unreadable.
@@ -76,16 +116,40 @@ def check_data_file(path: str) -> None:
             )
         f.seek(psize)
         second = _meta(f.read(psize), 0)
-    metas = [m for m in (first, second) if m is not None]
-    if not metas:
-        raise CheckpointCorruptError(f"{path} has no readable LMDB meta page; the store was not opened")
-    psize, last_pg, _txnid = max(metas, key=lambda m: m[2])
-    needed = (last_pg + 1) * psize
-    if size < needed:
+        metas = [m for m in (first, second) if m is not None]
+        if not metas:
+            raise CheckpointCorruptError(f"{path} has no readable LMDB meta page; the store was not opened")
+        psize, last_pg, _txnid, (free_root, main_root) = max(metas, key=lambda m: m[2])
+        needed = (last_pg + 1) * psize
+        if size >= needed:
+            return
+        pages = size // psize
+        roots = [r for r in (free_root, main_root) if r != _INVALID]
+        if all(r < pages for r in roots) and main_root != _INVALID:
+            f.seek(main_root * psize)
+            roots += [r for r in _named_roots(f.read(psize)) if r != _INVALID]
+    beyond = [r for r in roots if r >= pages]
+    if beyond:
         raise CheckpointCorruptError(
             f"{path} is truncated: {size} bytes where its meta page accounts for {needed} "
-            f"({last_pg + 1} pages of {psize}); the store was not opened (restore the file from a copy)"
+            f"({last_pg + 1} pages of {psize}), and page {beyond[0]}, where a database starts, is past "
+            "its end; the store was not opened (restore the file from a copy)"
         )
+    _fill_free_tail(path, needed)
+
+
+def _fill_free_tail(path: str, needed: int) -> None:
+    """Make the file ``needed`` bytes long with zeros past its end (never shorter, never overwriting)."""
+    try:
+        fd = os.open(path, os.O_WRONLY)
+    except OSError:
+        return  # read-only access: the tail is free space, which nothing reads
+    try:
+        os.posix_fallocate(fd, 0, needed)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 class OwnerLock:
