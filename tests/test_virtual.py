@@ -361,3 +361,13 @@ def test_a_request_sent_through_an_evicted_cell_commits_in_the_scope_s_new_cell(
     assert record.new_version == 3
     assert conv.version == 3 and conv.get("n") == 3 and conv.get("m") == 1
     assert conv.set("n", 4).old_version == 3
+
+
+def test_a_scope_in_manual_durability_is_never_evicted(tmp_path: Path) -> None:
+    """Its commits live in memory until a checkpoint: evicting it would lose them."""
+    with GlobalStateManager.open(tmp_path / "db", durability="manual", max_live_actors=None) as m:
+        conv = m.get_conversation_state("c")
+        conv.set("k", 1)
+        m.passivate_idle(0)
+        assert conv.ref in kernel_of(m).cells
+        assert conv.get("k") == 1 and conv.version == 1

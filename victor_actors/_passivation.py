@@ -25,8 +25,9 @@ What pins a scope, and for how long:
 - a run in progress that touched it: until the run ends;
 - pending tool requests: until their results are committed;
 - resident children (their cells hold this one as an ancestor): until they go;
-- a failure supervision gave up on, an injected fault, or a durability mode of
-  its own (``set_durability``): for the manager's lifetime;
+- a failure supervision gave up on, an injected fault, a durability mode of
+  its own (``set_durability``), or ``manual`` durability (its commits are in
+  memory only): for the manager's lifetime;
 - a subscription pins nothing: it stays in ``Kernel.subscriptions`` and the
   scope's next cell takes it.
 
@@ -171,6 +172,7 @@ class Passivator:
         return (
             self._pinned(cell, busy)
             or cell.durability != kernel.durability
+            or cell.durability == "manual"  # its commits are in memory only, until a checkpoint
             or bool(kernel.children.get(cell.state.ref))
         )
 
