@@ -226,8 +226,10 @@ class Passivator:
         # children first: a parent can go once its last resident child has gone
         cells = sorted(cells, key=lambda c: -len(c.state.lineage))
         gone = 0
-        with kernel.lock:
-            for cell in cells:
+        for cell in cells:
+            # the kernel's lock is taken per cell, not for the round: a request that looks up an
+            # evicted scope meanwhile waits for one cell's eviction at most
+            with kernel.lock:
                 if not cell.lock.acquire(blocking=False):
                     continue
                 try:
