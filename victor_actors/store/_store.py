@@ -666,7 +666,9 @@ class Store:
             CheckpointCorruptError: the head record is damaged.
         """
         key = self.layout.head_key(ref)
-        sealed = self._get("log", key)
+        return self._parse_head(ref, key, self._get("log", key))
+
+    def _parse_head(self, ref: ScopeRef, key: bytes, sealed: bytes | None) -> int | None:
         if sealed is None:
             return None
         raw = self._unsealed(sealed, "log", key, f"the head record of {ref}")
@@ -757,14 +759,45 @@ class Store:
     def load(
         self, ref: ScopeRef, lineage: tuple[ScopeRef, ...], *, upto: int | None = None
     ) -> tuple[ScopeState, RecoveryReport]:
-        """Rebuild ``ref``'s state from the newest good checkpoint and the log (see ``_load.py``)."""
+        """Rebuild ``ref``'s state from the newest good checkpoint and the log (see ``_load.py``).
+
+        Everything of the scope is read in one read transaction, then decoded outside it.
+        """
+        prefix = self.layout.ref_key(ref)
+        head_key = self.layout.head_key(ref)
+        handles = {db: self.dbs.get(db) for db in ("log", "ckpt")}
+
+        def read() -> dict[str, list[tuple[bytes, bytes]]]:
+            out: dict[str, list[tuple[bytes, bytes]]] = {}
+            with self.env.begin() as txn:
+                for db, handle in handles.items():
+                    items: list[tuple[bytes, bytes]] = []
+                    if handle is not None:
+                        with txn.cursor(db=handle) as cur:
+                            if cur.set_range(prefix):
+                                for key, value in cur:
+                                    if not key.startswith(prefix):
+                                        break
+                                    items.append((bytes(key), bytes(value)))
+                    out[db] = items
+            return out
+
+        rows = self._read(read)
+        head_raw = next((v for k, v in rows["log"] if k == head_key), None)
+        log = [(k, v) for k, v in rows["log"] if not is_head(k)]
+        ckpts = rows["ckpt"]
+
+        def scan(db: str, _prefix: bytes, *, reverse: bool = False) -> Iterator[tuple[bytes, bytes]]:
+            items = log if db == "log" else ckpts
+            return iter(reversed(items) if reverse else items)
+
         try:
-            head = self.head(ref)
+            head = self._parse_head(ref, head_key, head_raw)
             head_note = None
         except CheckpointCorruptError as exc:
             head, head_note = None, str(exc)
         return load_state(
-            self._scan,
+            scan,
             self.codec,
             ref,
             lineage,
