@@ -109,14 +109,19 @@ TxnOp = Callable[[WriteTxn], None]
 
 
 class _Job:
-    __slots__ = ("done", "error", "ops", "queued", "size")
+    __slots__ = ("done", "error", "ops", "queued", "size", "wake")
 
-    def __init__(self, ops: list[TxnOp]) -> None:
+    def __init__(self, ops: list[TxnOp], waited: bool) -> None:
         self.ops = ops
         self.done = False
         self.error: BaseException | None = None
         self.queued = time.monotonic()
         self.size = 0  # jobs in the transaction that committed it
+        # held while its waiter sleeps; released once, when the job is done or its waiter is to lead
+        self.wake: threading.Lock | None = None
+        if waited:
+            self.wake = threading.Lock()
+            self.wake.acquire()
 
 
 class GroupCommitWriter:
@@ -156,13 +161,20 @@ class GroupCommitWriter:
         """
         if self._closed:
             raise ScopeFailedError("the store is closed; nothing was written")
-        job = _Job(ops)
+        job = _Job(ops, wait)
         with self._cond:
             self._pending.append(job)
             if not wait:
                 self._cond.notify_all()  # wakes the flusher
                 return
-        self._lead_until_done(job)
+            lead = not self._leading
+            if lead:
+                self._leading = True
+        if not lead:
+            assert job.wake is not None
+            job.wake.acquire()  # released when the job is done, or when this thread is to lead
+        if not job.done:
+            self._lead(job)
         if (hooks := _trace.hooks) is not None:
             hooks.group_commit(job.size)
         if job.error is not None:
@@ -170,26 +182,60 @@ class GroupCommitWriter:
                 f"the store could not commit: {job.error}; nothing was written"
             ) from job.error
 
-    def _lead_until_done(self, job: _Job | None) -> None:
-        """Lead commit rounds (or wait for the leader) until ``job`` is durable; None: drain all."""
+    def _lead(self, job: _Job | None) -> None:
+        """Lead commit rounds (this thread holds ``_leading``) until ``job`` is done; None: drain all.
+
+        Waiters sleep on their own job's lock, so a round wakes exactly the
+        threads whose jobs it committed. When this thread's job is done and
+        jobs are still queued, the lead passes to the waiter of the first of
+        them (jobs nobody waits for are committed by this thread first).
+        """
         cond = self._cond
         while True:
             with cond:
-                while self._leading and not (job is not None and job.done):
-                    cond.wait()
                 if job is not None and job.done:
+                    # hand over: commit queued jobs nobody waits for, up to the first one somebody does
+                    successor = next((j for j in self._pending if j.wake is not None), None)
+                    if successor is None and not self._pending:
+                        self._leading = False
+                        cond.notify_all()  # a flush or the flusher waiting for the lead
+                        return
+                    if successor is not None and self._pending[0] is successor:
+                        successor.wake.release()  # type: ignore[union-attr]
+                        return
+                if job is None and not self._pending:
+                    self._leading = False
+                    cond.notify_all()
                     return
-                if not self._pending:
-                    return
-                self._leading = True
                 batch = self._pending[: self.max_batch]
                 del self._pending[: self.max_batch]
             try:
                 self._commit(batch)
-            finally:
+            except BaseException as exc:  # _commit reports store errors to the jobs; this is worse
+                for failed in batch:
+                    if not failed.done:
+                        failed.error, failed.done = exc, True
                 with cond:
                     self._leading = False
                     cond.notify_all()
+                raise
+            finally:
+                for done in batch:
+                    if done.wake is not None and done is not job:
+                        done.wake.release()
+
+    def _lead_until_done(self, job: _Job | None) -> None:
+        """Take the lead (waiting while another thread has it), then lead until ``job`` is done."""
+        cond = self._cond
+        with cond:
+            while self._leading:
+                if job is not None and job.done:
+                    return
+                cond.wait()
+            if job is not None and job.done:
+                return
+            self._leading = True
+        self._lead(job)
 
     def flush(self) -> None:
         """Return once everything submitted before the call is durable (at once if nothing is pending)."""
@@ -212,7 +258,12 @@ class GroupCommitWriter:
             delay = oldest + self.flush_interval - time.monotonic()
             if delay > 0 and not self._closed:
                 time.sleep(delay)  # let more async commits join this transaction
-            self._lead_until_done(None)
+            with cond:
+                if self._leading:
+                    cond.wait(self.flush_interval)  # a leader is at work: it commits what is queued
+                    continue
+                self._leading = True
+            self._lead(None)
 
     def _commit(self, jobs: list[_Job]) -> None:
         error: BaseException | None = None
