@@ -226,9 +226,7 @@ class ScopeTree:
             state = archive.peek(ref)
             if state is None:
                 return None
-            for anc in reversed(state.lineage):
-                if anc not in kernel.cells and self._restore(anc) is None:
-                    raise ScopeAccessError(f"{ref}'s ancestor {anc} is missing")
+            self._restore_ancestors(ref, state.lineage)
             state = archive.take(ref)
             assert state is not None
             return self.start(state, "memory")
@@ -239,9 +237,7 @@ class ScopeTree:
             record = store.scope_record(ref)
         if record is None:
             return None
-        for anc in reversed(record.lineage):
-            if anc not in kernel.cells and self._restore(anc) is None:
-                raise ScopeAccessError(f"{ref}'s ancestor {anc} is missing from the store")
+        self._restore_ancestors(ref, record.lineage, " from the store")
         state, report = store.load(ref, record.lineage)
         if not report.clean:
             logger.warning("recovered %s at version %d, skipping: %s", ref, state.version, report.skipped)
@@ -251,6 +247,12 @@ class ScopeTree:
         cell = self.start(state, "store")
         self._restored(cell)
         return cell
+
+    def _restore_ancestors(self, ref: ScopeRef, lineage: tuple[ScopeRef, ...], where: str = "") -> None:
+        """Make every ancestor of ``ref`` resident, global first. Holds the kernel's lock."""
+        for anc in reversed(lineage):
+            if anc not in self.kernel.cells and self._restore(anc) is None:
+                raise ScopeAccessError(f"{ref}'s ancestor {anc} is missing{where}")
 
     # -- sessions (called on the parent's actor thread) ---------------------------
 
