@@ -57,6 +57,11 @@ BENCHMARKS: dict[str, Bench] = {
         ),
         Bench("scale", "passivation of 100,000 conversations under a cap", default=False),
         Bench(
+            "virtual",
+            "virtual scopes: 1,000,000 conversations evicted to the store; memory, creation, reactivation",
+            default=False,
+        ),
+        Bench(
             "langgraph",
             "LangGraph checkpointers side by side (ours, SqliteSaver, LMDBSaver)",
             needs=("langgraph", "langgraph.checkpoint.sqlite", "langgraph_checkpoint_lmdb"),

@@ -153,6 +153,60 @@ def _startup(which: int) -> Callable[[Json], tuple[float, float, str]]:
     return values
 
 
+def _virtual_bytes(mode: str) -> Callable[[Json], tuple[float, float, str]]:
+    def values(r: Json) -> tuple[float, float, str]:
+        s = r["store"][mode]
+        live = r["memory"]["live"]
+        note = (
+            f"{s['conversations']:,} evicted; second half {s['marginal_bytes_per_conversation']:,.0f} B "
+            f"each; peak anon {s['anon_peak'] / 2**20:,.0f} MiB; baseline: {live['conversations']:,} live"
+        )
+        return float(s["bytes_per_conversation"]), float(live["bytes_per_conversation"]), note
+
+    return values
+
+
+def _virtual_bytes_memory(r: Json) -> tuple[float, float, str]:
+    m, live = r["memory"]["evicted"], r["memory"]["live"]
+    note = (
+        f"{m['conversations']:,} evicted, {m['encoded_bytes_per_conversation']:,.0f} B encoded each, "
+        f"second half {m['marginal_bytes_per_conversation']:,.0f} B each; "
+        f"old code ~{r['quoted']['bytes']:,} B (quoted)"
+    )
+    return float(m["bytes_per_conversation"]), float(live["bytes_per_conversation"]), note
+
+
+def _virtual_create(mode: str) -> Callable[[Json], tuple[float, float, str]]:
+    def values(r: Json) -> tuple[float, float, str]:
+        s = r["store"][mode]
+        d = s["during"]
+        note = (
+            f"{s['conversations']:,} by {s['tasks']} tasks; {d['evicted']:,} evicted in "
+            f"{d['eviction_rounds']:,} rounds ({d['eviction_s']:,.1f} s on the evictor)"
+        )
+        return float(s["create_per_s"]), float(r["memory"]["evicted"]["create_per_s"]), note
+
+    return values
+
+
+def _virtual_create_seq(r: Json) -> tuple[float, float, str]:
+    s, floor = r["store"]["async"], r["pykka_floor"]
+    note = f"{s['seq_conversations']:,} conversations; sync: {r['store']['sync']['seq_per_s']:,.0f}/s"
+    return float(s["seq_per_s"]), float(floor["per_s"]), note
+
+
+def _virtual_touch(key: str, base: str | None = None) -> Callable[[Json], tuple[float, float, str]]:
+    def values(r: Json) -> tuple[float, float, str]:
+        t = r["touch"]
+        note = (
+            f"{t['touches']:,} touches over {r['conversations']:,}, {t['reactivations']:,} reactivations; "
+            f"{t['rounds']} interleaved rounds"
+        )
+        return float(t[key]), float(t["baseline"][base or key]), note
+
+    return values
+
+
 _R = RowSpec
 ROWS: tuple[RowSpec, ...] = (
     _R("apply_p50", "core", "apply round trip p50 / pykka echo ask p50", "us", "lower",
@@ -207,4 +261,28 @@ ROWS: tuple[RowSpec, ...] = (
        _startup(0)),
     _R("startup_large", "startup", "start N scope actors / N bare pykka actors (larger N)", "s", "lower",
        _startup(1)),
+    _R("virtual_bytes", "virtual", "anon B per evicted conversation, store async / one live, no store", "B",
+       "lower", _virtual_bytes("async")),
+    _R("virtual_bytes_sync", "virtual", "anon B per evicted conversation, store sync / one live, no store",
+       "B", "lower", _virtual_bytes("sync")),
+    _R("virtual_bytes_memory", "virtual", "anon B per evicted conversation, no store / one live", "B",
+       "lower", _virtual_bytes_memory),
+    _R("virtual_create", "virtual", "new conversations/s, store async / no store, same cap and driver",
+       "ops/s", "higher", _virtual_create("async")),
+    _R("virtual_create_sync", "virtual", "new conversations/s, store sync / no store, same cap and driver",
+       "ops/s", "higher", _virtual_create("sync")),
+    _R("virtual_create_seq", "virtual", "new conversations/s, one thread, store async / bare pykka actor",
+       "ops/s", "higher", _virtual_create_seq),
+    _R("virtual_touch", "virtual", "random touches/s over N mostly evicted / over 2,000 live", "ops/s",
+       "higher", _virtual_touch("per_s")),
+    _R("virtual_touch_p50", "virtual", "touch p50, N mostly evicted / 2,000 live", "us", "lower",
+       _virtual_touch("p50_us")),
+    _R("virtual_touch_p99", "virtual", "touch p99, N mostly evicted / 2,000 live", "us", "lower",
+       _virtual_touch("p99_us")),
+    _R("virtual_react_p50", "virtual", "reactivating touch p50 / touch of a live scope p50", "us", "lower",
+       _virtual_touch("react_p50_us", "p50_us")),
+    _R("virtual_react_p99", "virtual", "reactivating touch p99 / touch of a live scope p99", "us", "lower",
+       _virtual_touch("react_p99_us", "p99_us")),
+    _R("virtual_slowest", "virtual", "slowest touch, N mostly evicted / 2,000 live", "us", "lower",
+       _virtual_touch("max_us")),
 )  # fmt: skip
