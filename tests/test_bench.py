@@ -52,6 +52,10 @@ TARGET_IDS = {
     "virtual_react_p50",
     "virtual_react_p99",
     "virtual_slowest",
+    "groupcommit_one_rate",
+    "groupcommit_one",
+    "groupcommit_many",
+    "groupcommit_sqlite",
 }
 LANGGRAPH_ROWS = {"durable_1", "durable_100", "storage_sqlite", "agent", "agent_memory"}
 
@@ -227,7 +231,7 @@ def test_every_benchmark_is_a_module_of_the_installed_package(tmp_path: Path) ->
     """The runner finds every benchmark in the package itself, and each imports without LangGraph."""
     assert set(bench.BENCHMARKS) == {
         "core", "pipeline", "startup", "store", "agent", "scale", "langgraph", "security", "otel",
-        "listing", "virtual",
+        "listing", "virtual", "groupcommit",
     }  # fmt: skip
     for b in bench.BENCHMARKS.values():
         spec = importlib.util.find_spec(b.module)
@@ -364,7 +368,7 @@ def test_every_missed_target_explains_itself_from_the_numbers() -> None:
         "security_reopen": "NOT RUN",
         "security_bytes": "NOT RUN",
         "otel_disabled": "NOT RUN",
-        **{tid: "NOT RUN" for tid in TARGET_IDS if tid.startswith("virtual")},
+        **{tid: "NOT RUN" for tid in TARGET_IDS if tid.startswith(("virtual", "groupcommit"))},
     }
     whys = {t["id"]: t["why"] for t in targets}
     assert all(whys[tid] == "" for tid, v in verdicts.items() if v == "MET")

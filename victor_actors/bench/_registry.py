@@ -49,6 +49,7 @@ BENCHMARKS: dict[str, Bench] = {
             "inspector pages (children, level, prefix) and read-only open vs the full scan, 1,000,000 scopes",
             default=False,
         ),
+        Bench("groupcommit", "durable commits with many aapply in flight vs in memory and SqliteSaver"),
         Bench("security", "encryption at rest vs plaintext: durable commits/s, reopen time, bytes on disk"),
         Bench(
             "otel",

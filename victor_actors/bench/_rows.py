@@ -109,6 +109,18 @@ def _agent(key: str, base: str = "langgraph_sqlite") -> Callable[[Json], tuple[f
     return values
 
 
+def _groupcommit(ours: str, base: str) -> Callable[[Json], tuple[float, float, str]]:
+    def values(r: Json) -> tuple[float, float, str]:
+        res, txns = r["results"], r["transactions"]
+        rounds = len(r["rounds"]["one_sync"])
+        note = f"best of {rounds} rounds; transactions: 1 scope {txns['one']}, 100 scopes {txns['many']}"
+        if res.get(base) is None:
+            raise KeyError(f"{base} was not measured (langgraph-checkpoint-sqlite is not installed)")
+        return float(res[ours]), float(res[base]), note
+
+    return values
+
+
 def _security(key: str) -> Callable[[Json], tuple[float, float, str]]:
     def values(r: Json) -> tuple[float, float, str]:
         note = f"{r['rounds']} interleaved rounds x {r['commits_per_round']} commits"
@@ -245,6 +257,12 @@ ROWS: tuple[RowSpec, ...] = (
        _agent("ours_memory"), LANGGRAPH),
     _R("agent_durable", "agent", "agent step, durable / the same in memory (no store)", "steps/s", "higher",
        _agent("ours_sync", "ours_memory")),
+    _R("groupcommit_one", "groupcommit", "1 scope, 1,000 aapply in flight: sync / in memory", "ops/s",
+       "higher", _groupcommit("one_sync", "one_mem")),
+    _R("groupcommit_many", "groupcommit", "100 scopes, 10,000 aapply in flight: sync / in memory", "ops/s",
+       "higher", _groupcommit("many_sync", "many_mem")),
+    _R("groupcommit_sqlite", "groupcommit", "100 scopes, 10,000 in flight, sync / SqliteSaver puts", "ops/s",
+       "higher", _groupcommit("many_sync", "sqlite_puts")),
     _R("security_commits", "security", "durable commits/s, encrypted / plaintext", "ops/s", "higher",
        _security("rates")),
     _R("security_reopen", "security", "reopen and read every scope, encrypted / plaintext", "s", "lower",

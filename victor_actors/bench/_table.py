@@ -38,12 +38,12 @@ def table(doc: dict[str, Any]) -> str:
         f"{meta['python']}; load average at start {meta.get('load_average_start')}"
     )
     lines.append("")
-    lines.append(f"{'BENCHMARK':<11}{'STATUS':<9}{'WALL':>9}  ABOUT")
+    lines.append(f"{'BENCHMARK':<13}{'STATUS':<9}{'WALL':>9}  ABOUT")
     for name, b in doc["benchmarks"].items():
         wall = f"{b.get('seconds', 0.0):.1f} s"
-        lines.append(f"{name:<11}{b['status']:<9}{wall:>9}  {b['about']}")
+        lines.append(f"{name:<13}{b['status']:<9}{wall:>9}  {b['about']}")
         if b["status"] != "ok":
-            lines.append(f"{'':<20}  {b['reason']}")
+            lines.append(f"{'':<22}  {b['reason']}")
     lines.append("")
     w = max(len(r["what"]) for r in doc["rows"]) + 2
     lines.append(

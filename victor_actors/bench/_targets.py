@@ -122,6 +122,16 @@ def _why_storage(res: dict[str, Json]) -> str:
     )
 
 
+def _why_groupcommit(res: dict[str, Json]) -> str:
+    r = res["groupcommit"]
+    x, t = r["results"], r["transactions"]
+    return (
+        f"1 scope: {x['one_sync']:,.0f}/s durable vs {x['one_mem']:,.0f}/s in memory in {t['one']} "
+        f"transactions; 100 scopes: {x['many_sync']:,.0f}/s vs {x['many_mem']:,.0f}/s in {t['many']} "
+        "transactions: each group waits for its own synced transaction while the next group queues"
+    )
+
+
 def _why_security(res: dict[str, Json]) -> str:
     r = res["security"]
     plain, sealed = r["bytes"]["plain"], r["bytes"]["encrypted"]
@@ -237,6 +247,14 @@ TARGETS: tuple[TargetSpec, ...] = (
     TargetSpec("agent", "agent step >= 10x a LangGraph step (SqliteSaver)", "agent", ">=", 10.0, _why_agent),
     TargetSpec("storage", "bytes on disk after 1,000 steps <= 3x the final state", "storage", "<=", 3.0,
                _why_storage),
+    TargetSpec("groupcommit_one_rate", "1 scope, 1,000 in flight, sync >= 10,000 commits/s",
+               "groupcommit_one", ">=", 1.0, _why_groupcommit, bound=10_000.0),
+    TargetSpec("groupcommit_one", "1 scope, 1,000 in flight, sync >= 0.5x in memory", "groupcommit_one", ">=",
+               0.5, _why_groupcommit),
+    TargetSpec("groupcommit_many", "100 scopes, 10,000 in flight, sync >= 0.5x in memory", "groupcommit_many",
+               ">=", 0.5, _why_groupcommit),
+    TargetSpec("groupcommit_sqlite", "100 scopes, 10,000 in flight, sync >= 5x SqliteSaver puts",
+               "groupcommit_sqlite", ">=", 5.0, _why_groupcommit),
     TargetSpec("security_commits", "durable commits, encrypted >= 0.9x plaintext", "security_commits", ">=",
                0.9, _why_security_rate),
     TargetSpec("security_reopen", "reopen, encrypted >= 0.9x plaintext (time: <= 1/0.9)", "security_reopen",
