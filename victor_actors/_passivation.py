@@ -110,7 +110,9 @@ class Passivator:
         self._wake = threading.Event()
         self._idle = threading.Condition()  # notified when the evictor finishes a round
         self._working = False
-        self._leftover = 0  # cells the last round stopped but could not evict yet: retried soon
+        # cells a round stopped but could not evict yet (their actor had not finished): the evictor
+        # comes back for these alone in a moment, without a whole round
+        self._leftovers: list[ScopeCell] = []
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         if idle_timeout is not None or max_live_actors is not None:
@@ -251,7 +253,7 @@ class Passivator:
         with self._lock:
             self.evicted += gone
         if not wait:
-            self._leftover = len(running)
+            self._leftovers = [c for c in cells if id(c) in running]
         return gone
 
     def _enforce_cap(self) -> None:
@@ -263,7 +265,7 @@ class Passivator:
         cells = list(kernel.cells.values())
         live = [c for c in cells if c.actor is not None]
         idle = [c for c in cells if c.actor is None and not c.evicted]
-        if len(live) <= cap and len(cells) <= cap + _slack(cap) and not self._leftover:
+        if len(live) <= cap and len(cells) <= cap + _slack(cap):
             return
         busy = self._busy_refs()
         stopped: list[ScopeCell] = []
@@ -284,7 +286,7 @@ class Passivator:
         interval = None if idle is None else max(idle / 2, 0.01)
         while not self._stop.is_set():
             # a round that left stopped actors behind comes back for them in a moment
-            self._wake.wait(0.005 if self._leftover else interval)
+            woken = self._wake.wait(0.005 if self._leftovers else interval)
             with self._idle:
                 self._working = True
                 self._wake.clear()
@@ -293,9 +295,12 @@ class Passivator:
                     return
                 with self._round_lock:
                     start = time.perf_counter_ns()
-                    self._enforce_cap()
-                    if idle is not None:
-                        self._sweep(idle, wait=False)
+                    if not woken and self._leftovers:
+                        self._evict(self._leftovers, wait=False)
+                    else:
+                        self._enforce_cap()
+                        if idle is not None:
+                            self._sweep(idle, wait=False)
                     self._count_round(start)
             except Exception:  # the evictor must not die
                 logger.exception("passivating idle scopes failed")
@@ -315,7 +320,7 @@ class Passivator:
             return True
         end = time.monotonic() + timeout
         with self._idle:
-            while self._working or self._wake.is_set() or self._leftover:
+            while self._working or self._wake.is_set() or self._leftovers:
                 if self._stop.is_set() or not self._thread.is_alive():
                     return True
                 left = end - time.monotonic()

@@ -186,23 +186,24 @@ class GroupCommitWriter:
         """Lead commit rounds (this thread holds ``_leading``) until ``job`` is done; None: drain all.
 
         Waiters sleep on their own job's lock, so a round wakes exactly the
-        threads whose jobs it committed. When this thread's job is done and
-        jobs are still queued, the lead passes to the waiter of the first of
-        them (jobs nobody waits for are committed by this thread first).
+        threads whose jobs it committed. When this thread's job is done, the
+        lead passes to the first waiter still queued (its round takes the jobs
+        queued before it too); with none, the lead is let go, and jobs nobody
+        waits for are the flusher's.
         """
         cond = self._cond
         while True:
             with cond:
                 if job is not None and job.done:
-                    # hand over: commit queued jobs nobody waits for, up to the first one somebody does
+                    # hand over to the first waiter still queued; jobs nobody waits for (async)
+                    # are the flusher's, within flush_interval: a waiter never stays to lead them
                     successor = next((j for j in self._pending if j.wake is not None), None)
-                    if successor is None and not self._pending:
+                    if successor is None:
                         self._leading = False
                         cond.notify_all()  # a flush or the flusher waiting for the lead
                         return
-                    if successor is not None and self._pending[0] is successor:
-                        successor.wake.release()  # type: ignore[union-attr]
-                        return
+                    successor.wake.release()  # type: ignore[union-attr]
+                    return
                 if job is None and not self._pending:
                     self._leading = False
                     cond.notify_all()
