@@ -121,6 +121,7 @@ class ScopeActor(pykka.ThreadingActor):
         self._persist = persist
         self._stager = stager
         self._staged: list[_Staged] = []
+        self._answers: list[tuple[Any, Any]] = []  # committed, published, not yet answered (see _reply)
         self._host = host
         self._cell = cell
 
@@ -130,6 +131,8 @@ class ScopeActor(pykka.ThreadingActor):
     def on_stop(self) -> None:
         if self._staged:
             self._settle()
+        if self._answers:
+            self._answer()
         # pykka's actor and its ref point at each other: without this the cell (and its state)
         # would wait for the cyclic collector after an eviction instead of going at once
         self._cell.owner = None
@@ -152,6 +155,8 @@ class ScopeActor(pykka.ThreadingActor):
                 self._settle()
             return self._dispatch(message)
         finally:
+            if self._answers and self.actor_inbox.empty():
+                self._answer()
             cell.busy = bool(self._staged)  # staged commits keep the scope from being passivated
             cell.last_active = time.monotonic()
 
@@ -215,6 +220,10 @@ class ScopeActor(pykka.ThreadingActor):
         finally:
             if token is not None:
                 RUN_ID.reset(token)
+
+    def _answer(self) -> None:
+        answers, self._answers = self._answers, []
+        answer_all(answers)
 
     def _settle(self) -> None:
         """Write the staged group in one transaction; publish and answer it, or fail it whole."""
@@ -280,7 +289,9 @@ class ScopeActor(pykka.ThreadingActor):
                 except Exception as exc:
                     reply.fail(exc)
                 else:
-                    reply.ok(result)
+                    # published already; the answer waits for the mailbox to empty, so a burst of
+                    # asyncio callers is answered with one wake-up of their event loop
+                    self._answers.append((reply, result))
                 return None
             finally:
                 if token is not None:
