@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import importlib
 import json
 import os
 import platform
@@ -72,9 +73,9 @@ def _rate(durable: bool, scopes: int, commits: int, inflight: int) -> tuple[floa
 
 
 def _sqlite_puts(n: int) -> float | None:
-    try:
-        from langgraph.checkpoint.base import empty_checkpoint
-        from langgraph.checkpoint.sqlite import SqliteSaver
+    try:  # found at run time: the peer is optional (the bench extra), and unknown to the type checker
+        empty_checkpoint = importlib.import_module("langgraph.checkpoint.base").empty_checkpoint
+        SqliteSaver = importlib.import_module("langgraph.checkpoint.sqlite").SqliteSaver  # noqa: N806
     except ImportError:
         return None
     root = tempfile.mkdtemp(prefix="va-groupcommit-sqlite-")
