@@ -75,7 +75,7 @@ def _rate(durable: bool, scopes: int, commits: int, inflight: int) -> tuple[floa
 def _sqlite_puts(n: int) -> float | None:
     try:  # found at run time: the peer is optional (the bench extra), and unknown to the type checker
         empty_checkpoint = importlib.import_module("langgraph.checkpoint.base").empty_checkpoint
-        SqliteSaver = importlib.import_module("langgraph.checkpoint.sqlite").SqliteSaver  # noqa: N806
+        SqliteSaver = importlib.import_module("langgraph.checkpoint.sqlite").SqliteSaver
     except ImportError:
         return None
     root = tempfile.mkdtemp(prefix="va-groupcommit-sqlite-")
