@@ -189,24 +189,9 @@ class ScopeActor(pykka.ThreadingActor):
             observer = cell.observer
             if observer is not None:
                 observer("received", state.ref, req)
-            self._admit(state, req.deadline, req.expected_version, "request")
-            new_state, record = reduce(
-                state, req.transitions, commit_id=self._host.new_commit_id(), run_id=req.run_id,
-                timestamp=time.time(),
-            )  # fmt: skip
-            if new_state is state:  # nothing to write: answered in order with the group
-                self._staged.append(_Staged(state, state, record, req, []))
-                return
-            created = record.sessions_created
-            if created:
-                self._host.reserve_sessions(state.ref, created)
-            try:
-                ops = self._stager.ops(cell, new_state, record, req)
-            except BaseException:
-                if created:
-                    self._host.release_sessions(created)
-                raise
-            self._staged.append(_Staged(state, new_state, record, req, ops))
+            stager = self._stager
+            new_state, record, ops = self._step(state, req, lambda new, rec: stager.ops(cell, new, rec, req))
+            self._staged.append(_Staged(state, new_state, record, req, ops or []))
         except VictorActorsError as exc:
             reply.fail(exc)
         except BaseException as exc:
@@ -405,34 +390,51 @@ class ScopeActor(pykka.ThreadingActor):
         if observer is not None:
             observer("published", old.ref, record)
 
+    def _step(
+        self, state: ScopeState, req: ApplyRequest, write: Callable[[ScopeState, StateChanged], Any]
+    ) -> tuple[ScopeState, StateChanged, Any]:
+        """Admit ``req``, reduce it on top of ``state`` and ``write`` the result (if it changes anything).
+
+        The work both commit paths share (``_apply`` writes durably now, ``_stage`` encodes for
+        its group). Sessions the commit creates are claimed before anything is written, and
+        released again if ``write`` fails. Returns the new state, the record and what ``write``
+        returned (None for a commit that changes nothing).
+        """
+        self._admit(state, req.deadline, req.expected_version, "request")
+        commit_id = self._host.new_commit_id()
+        if req.reset_to is None:
+            new_state, record = reduce(
+                state, req.transitions, commit_id=commit_id, run_id=req.run_id, timestamp=time.time()
+            )
+        else:
+            target = req.reset_to(state) if callable(req.reset_to) else req.reset_to
+            if target is None:  # nothing to reset
+                new_state, record = reduce(state, (), commit_id=commit_id, run_id=req.run_id)
+            else:
+                new_state, record = _reset_step(
+                    state, target, commit_id=commit_id, run_id=req.run_id, timestamp=time.time()
+                )
+        if new_state is state:
+            return new_state, record, None
+        created = record.sessions_created
+        if created:
+            self._host.reserve_sessions(state.ref, created)  # before anything is durable
+        try:
+            return new_state, record, write(new_state, record)
+        except BaseException:
+            if created:
+                self._host.release_sessions(created)
+            raise
+
     def _apply(self, req: ApplyRequest) -> StateChanged:
         cell = self._cell
         state = cell.state
+        persist = self._persist
         try:
-            self._admit(state, req.deadline, req.expected_version, "request")
-            commit_id = self._host.new_commit_id()
-            if req.reset_to is None:
-                new_state, record = reduce(
-                    state, req.transitions, commit_id=commit_id, run_id=req.run_id, timestamp=time.time()
-                )
-            else:
-                target = req.reset_to(state) if callable(req.reset_to) else req.reset_to
-                if target is None:  # nothing to reset
-                    new_state, record = reduce(state, (), commit_id=commit_id, run_id=req.run_id)
-                else:
-                    new_state, record = _reset_step(
-                        state, target, commit_id=commit_id, run_id=req.run_id, timestamp=time.time()
-                    )
-            created = record.sessions_created
-            if created:
-                self._host.reserve_sessions(state.ref, created)  # before anything is durable
-            try:
-                if new_state is not state and self._persist is not None:
-                    self._persist(cell, new_state, record, req)  # durable before anyone can see it
-            except BaseException:
-                if created:
-                    self._host.release_sessions(created)
-                raise
+            # durable before anyone can see it
+            new_state, record, _ = self._step(
+                state, req, lambda new, rec: None if persist is None else persist(cell, new, rec, req)
+            )
         except VictorActorsError:
             raise
         except BaseException as exc:
