@@ -335,15 +335,7 @@ def part_store(cfg: dict[str, Any], durability: Literal["async", "sync"]) -> dic
             settle_s = settle(manager)
             after = settled_anon()
             log(f"store {durability}: {n / seconds:,.0f}/s, {(after - before) / n:,.0f} B each")
-            out |= {
-                "create_seconds": seconds,
-                "create_per_s": n / seconds,
-                "anon_before": before,
-                "anon_after": after,
-                "anon_peak": peak.peak,
-                "bytes_per_conversation": (after - before) / n,
-                "anon_half": mid,
-                "marginal_bytes_per_conversation": (after - mid) / max(1, n - n // 2),
+            out |= _creation(n, seconds, before, mid, after, peak.peak) | {
                 "settle_seconds": settle_s,
                 "stats_after": counters(manager),
                 "during": {k: created[k] - start[k] for k in ("evicted", "evictions", "eviction_rounds",
@@ -383,18 +375,27 @@ def part_memory(cfg: dict[str, Any]) -> dict[str, Any]:
     finally:
         manager.close(timeout=60.0)
     encoded = stats.get("bytes_resident", 0) - warm.get("bytes_resident", 0)
+    return (
+        {"conversations": n}
+        | _creation(n, seconds, before, mid, after, peak.peak)
+        | {
+            "encoded_bytes_per_conversation": encoded / n,
+            "stats_after": stats,
+        }
+    )
+
+
+def _creation(n: int, seconds: float, before: int, mid: int, after: int, peak: int) -> dict[str, Any]:
+    """A creation part's rate and memory: per conversation overall, and over the second half alone."""
     return {
-        "conversations": n,
         "create_seconds": seconds,
         "create_per_s": n / seconds,
         "anon_before": before,
         "anon_after": after,
-        "anon_peak": peak.peak,
+        "anon_peak": peak,
         "bytes_per_conversation": (after - before) / n,
         "anon_half": mid,
         "marginal_bytes_per_conversation": (after - mid) / max(1, n - n // 2),
-        "encoded_bytes_per_conversation": encoded / n,
-        "stats_after": stats,
     }
 
 
