@@ -252,10 +252,10 @@ def test_migration_from_schema_one_to_two(tmp_path: Path) -> None:
         _fill(m.get_conversation_state("c"), 4)
 
     def v1_to_v2(record: dict) -> dict:  # type: ignore[type-arg]
-        # v2 stores a "schema_note" in every checkpoint's state values
-        state = record.get("state")
-        if isinstance(state, dict):
-            state["values"]["schema_note"] = "migrated"
+        # v2 stores a "schema_note" in every checkpoint's values: in a store of format 2 they are
+        # the full values records ("base" None) each checkpoint's values chain starts from
+        if record.get("form") == 2 and "set" in record and record.get("base") is None:
+            record["set"]["schema_note"] = "migrated"
         return record
 
     codec = Codec(schema_version=2, migrations={1: v1_to_v2})

@@ -5,11 +5,25 @@ durable before it is published); cross-scope commits go through the
 kernel's persist port (``persist_many``: every part in one store job, so in
 one LMDB transaction). Checkpoints, restores and forks read and write the
 store here; the manager only routes the user's call.
+
+Checkpoints are incremental (docs/adr/0018): each scope's cell has a
+tracker holding what its newest checkpoint wrote (a ``CheckpointBase``) and
+the values keys changed since, so the next checkpoint writes only the new
+messages and a delta of the values. The tracker vouches that the scope's
+state descends from its base with no reset between: a reset (restore,
+rollback), a reload from the store, or a checkpoint of an older state than
+the base clears it or is written in full. A cell leaving memory takes its
+tracker with it (a weak map). A scope's first checkpoint after it was
+loaded builds on the checkpoint it was loaded from when the store can show
+its state descends from that load (``Store.base_after_load``); otherwise,
+and after any reset, the next checkpoint starts a new chain.
 """
 
 from __future__ import annotations
 
+import threading
 import time
+import weakref
 from typing import Any
 
 import attrs
@@ -28,7 +42,15 @@ from victor_actors._model import ScopeRef
 from victor_actors._options import DURABILITY_MODES
 from victor_actors._state import ContextSnapshot, ScopeState, StateChanged
 from victor_actors._values import check_text
-from victor_actors.store import CheckpointInfo, CheckpointRecord, CommitRecord, ScopeRecord, Store, TxnOp
+from victor_actors.store import (
+    CheckpointBase,
+    CheckpointInfo,
+    CheckpointRecord,
+    CommitRecord,
+    ScopeRecord,
+    Store,
+    TxnOp,
+)
 from victor_actors.store import checkpoint_id as _checkpoint_id
 
 __all__ = ["Durability", "parse_checkpoint_id"]
@@ -46,6 +68,28 @@ def parse_checkpoint_id(ref: ScopeRef, ident: str | int) -> int:
     return int(ident[len(prefix) :])
 
 
+class _Tracker:
+    """One cell's incremental-checkpoint state: its newest checkpoint, and values keys changed since.
+
+    ``touched`` maps a key to the newest version that changed it; a
+    checkpoint on top of ``base`` writes the keys touched after
+    ``base.version``. ``noted`` is the newest commit version seen: a checkpoint of an
+    older state (a ``save_checkpoint`` racing the actor) may not become the base of a
+    chain while commits after it went unrecorded. Guarded by its own ``lock`` (the scope's
+    actor, callers of ``save_checkpoint`` on other threads, and the writer's thread when a
+    checkpoint fell back all use it).
+    """
+
+    __slots__ = ("base", "fresh", "lock", "noted", "touched")
+
+    def __init__(self) -> None:
+        self.base: CheckpointBase | None = None
+        self.touched: dict[str, int] = {}
+        self.noted = 0
+        self.fresh = True  # no reset seen: the cell's state descends from the one it started with
+        self.lock = threading.Lock()
+
+
 class Durability:
     """The commit path to the store and the checkpoint API, for one kernel (a no-op without a store)."""
 
@@ -54,6 +98,77 @@ class Durability:
         self.store = kernel.store
         if self.store is not None and not self.store.read_only:
             kernel.persist = self
+        self._trackers: weakref.WeakKeyDictionary[ScopeCell, _Tracker] = weakref.WeakKeyDictionary()
+        self._lock = threading.Lock()  # around the map of trackers only
+
+    # -- incremental checkpoints ---------------------------------------------
+
+    def _tracker(self, cell: ScopeCell) -> _Tracker:
+        tracker = self._trackers.get(cell)
+        if tracker is None:
+            with self._lock:
+                tracker = self._trackers.get(cell)
+                if tracker is None:
+                    tracker = self._trackers[cell] = _Tracker()
+        return tracker
+
+    def _track(self, cell: ScopeCell, version: int, record: StateChanged, reset: bool) -> None:
+        """Note one commit of ``cell`` (before it is written): its changed keys, or a reset."""
+        tracker = self._tracker(cell)
+        with tracker.lock:
+            if version > tracker.noted:
+                tracker.noted = version
+            if reset:
+                tracker.base = None
+                tracker.touched.clear()
+                tracker.fresh = False
+            elif tracker.base is not None:
+                touched = tracker.touched
+                for change in record.changes:
+                    touched[change.key] = version
+
+    def _forget(self, cell: ScopeCell) -> None:
+        """The cell's state was replaced from outside its commits: its next checkpoint is full."""
+        with self._lock:
+            tracker = self._trackers.pop(cell, None)
+        if tracker is not None:
+            with tracker.lock:
+                tracker.base = None
+
+    def _checkpoint_op(self, cell: ScopeCell, record: CheckpointRecord, keep: int | None) -> TxnOp:
+        """The store operation writing ``record`` (of ``cell``'s state) on top of its previous checkpoint."""
+        store = self.store
+        assert store is not None
+        state = record.state
+        tracker = self._tracker(cell)
+        with tracker.lock:
+            base = tracker.base
+            touched = None
+            if base is not None and base.version <= state.version:
+                touched = [k for k, v in tracker.touched.items() if v > base.version]
+            elif base is None and tracker.fresh:
+                # the cell's first checkpoint: build on the one its state was loaded from, if
+                # the store can tell it descends from that load (values in full: touched None)
+                base = store.base_after_load(state.ref, state)
+            else:
+                base = None
+
+            def replaced(planned: CheckpointBase, actual: CheckpointBase) -> None:
+                with tracker.lock:
+                    if tracker.base is planned:
+                        tracker.base = actual
+
+            op, planned = store.plan_checkpoint(state.ref, record, keep, base, touched, replaced=replaced)
+            current = tracker.base
+            if (
+                planned.version >= current.version
+                if current is not None
+                else tracker.noted <= planned.version  # no later commit went unrecorded
+            ):
+                tracker.base = planned
+                floor = planned.version
+                tracker.touched = {k: v for k, v in tracker.touched.items() if v > floor}
+        return op
 
     # -- the commit path ----------------------------------------------------
 
@@ -63,6 +178,7 @@ class Durability:
         """The store operations that make one scope's commit durable (none in manual mode)."""
         store = self.store
         assert store is not None
+        self._track(cell, new_state.version, record, reset)
         if cell.durability == "manual":
             return []
         ref = new_state.ref
@@ -79,7 +195,7 @@ class Durability:
         options = self.kernel.options
         if new_state.version % options.checkpoint_every == 0:
             checkpoint = CheckpointRecord(new_state, None, record.timestamp)
-            ops.append(store.op_put_checkpoint(ref, checkpoint, options.keep_checkpoints))
+            ops.append(self._checkpoint_op(cell, checkpoint, options.keep_checkpoints))
         return ops
 
     def persister(self) -> Persist | None:
@@ -151,6 +267,7 @@ class Durability:
             return state
         store.flush()
         loaded, _report = store.load(state.ref, state.lineage)
+        self._forget(cell)  # the cell's state is set to this: its next checkpoint starts a new chain
         return loaded
 
     # -- checkpoints --------------------------------------------------------
@@ -190,9 +307,7 @@ class Durability:
                 raise TransitionValidationError(f"{why}; no checkpoint was written", field="label")
         state = cell.state
         record = CheckpointRecord(state, label, time.time())
-        store.submit(
-            [store.op_put_checkpoint(state.ref, record, self.kernel.options.keep_checkpoints)], wait=True
-        )
+        store.submit([self._checkpoint_op(cell, record, self.kernel.options.keep_checkpoints)], wait=True)
         return _checkpoint_id(state.ref, state.version)
 
     def list_checkpoints(self, ref: ScopeRef) -> list[CheckpointInfo]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from victor_actors.store._codec import SCHEMA_VERSION, CheckpointRecord, Codec, CommitRecord, ScopeRecord
 from victor_actors.store._crypto import Keyring
+from victor_actors.store._incremental import CheckpointBase
 from victor_actors.store._keys import checkpoint_id, ref_from_key, ref_key, version_of, versioned_key
 from victor_actors.store._load import CheckpointInfo, RecoveryReport, apply_record
 from victor_actors.store._rekey import encrypt_in_place, is_encrypted, rekey
@@ -16,6 +17,7 @@ from victor_actors.store._writer import TxnOp, WriteTxn
 
 __all__ = [
     "SCHEMA_VERSION",
+    "CheckpointBase",
     "CheckpointInfo",
     "CheckpointRecord",
     "Codec",

@@ -265,12 +265,24 @@ class Codec:
             raise _unencodable(exc) from None
 
     def encode_commit(self, record: CommitRecord, *, place: bytes | None = None) -> bytes:
+        """A commit record; a batch is written in the compact form (see ``_compact_commit``)."""
+        if record.kind == "batch" and record.state is None:
+            try:
+                steps = tuple((t.transition_type.value, t.data, t.metadata) for t in record.transitions)
+            except AttributeError as exc:
+                raise _unencodable(exc) from None
+            body = (record.kind, record.version, record.commit_id, record.timestamp, record.run_id, steps)
+            return self.pack({"c": body}, place)
         return self.pack(self._unstructure(record), place)
 
     def decode_commit(
         self, raw: bytes, *, ref: object = None, version: int | None = None, place: bytes | None = None
     ) -> CommitRecord:
-        return self._structure(raw, CommitRecord, ref, version, place)
+        payload = self.unpack(raw, ref=ref, version=version, place=place)
+        body = payload.get("c")
+        if body is not None:
+            return _compact_commit(body, ref, version)
+        return self.structure_payload(payload, CommitRecord, ref, version)
 
     def encode_checkpoint(self, record: CheckpointRecord, *, place: bytes | None = None) -> bytes:
         return self.pack(self._unstructure(record), place)
@@ -286,10 +298,20 @@ class Codec:
     def decode_scope(self, raw: bytes, *, ref: object = None, place: bytes | None = None) -> ScopeRecord:
         return self._structure(raw, ScopeRecord, ref, None, place)
 
-    def _structure(
-        self, raw: bytes, cls: type[R], ref: object, version: int | None, place: bytes | None
-    ) -> R:
-        payload = self.unpack(raw, ref=ref, version=version, place=place)
+    def unstructure(self, record: Any) -> Any:
+        """The plain (msgpack-ready) form of a record or state.
+
+        Raises:
+            TransitionValidationError: it cannot be encoded.
+        """
+        return self._unstructure(record)
+
+    def structure_payload(self, payload: Any, cls: type[R], ref: object, version: int | None) -> R:
+        """A decoded payload (or part of one) structured as ``cls``.
+
+        Raises:
+            CheckpointCorruptError: it does not hold a valid ``cls``.
+        """
         try:
             return self._conv.structure(payload, cls)
         except (Exception, TransitionValidationError) as exc:
@@ -298,6 +320,41 @@ class Codec:
                 ref=ref,
                 version=version,
             ) from None
+
+    def _structure(
+        self, raw: bytes, cls: type[R], ref: object, version: int | None, place: bytes | None
+    ) -> R:
+        payload = self.unpack(raw, ref=ref, version=version, place=place)
+        return self.structure_payload(payload, cls, ref, version)
+
+
+def _compact_commit(body: Any, ref: object, version: int | None) -> CommitRecord:
+    """A batch commit from its compact form, ``{"c": (kind, version, commit id, time, run id, steps)}``
+    with each step ``(type, data, metadata)``: plain tuples, no cattrs on the commit path.
+
+    Raises:
+        CheckpointCorruptError: the body does not hold a valid batch commit.
+    """
+    try:
+        kind, number, commit_id, timestamp, run_id, steps = body
+        if (
+            kind != "batch"
+            or number.__class__ is not int
+            or commit_id.__class__ is not str
+            or timestamp.__class__ not in (int, float)
+            or not (run_id is None or run_id.__class__ is str)
+            or steps.__class__ is not tuple
+        ):
+            raise ValueError("a field has the wrong type")
+        transitions = tuple(StateTransition(t, _mapping(d), _mapping(m)) for t, d, m in steps)
+    except (Exception, TransitionValidationError) as exc:
+        raise CheckpointCorruptError(
+            f"stored record for {ref} version {version} does not hold a valid CommitRecord: "
+            f"{type(exc).__name__}: {exc}",
+            ref=ref,
+            version=version,
+        ) from None
+    return CommitRecord(kind, number, commit_id, float(timestamp), run_id, transitions)
 
 
 def _unencodable(exc: BaseException) -> TransitionValidationError:

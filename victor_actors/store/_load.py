@@ -68,6 +68,7 @@ def load_state(
     head_note: str | None = None,
     prefix: bytes | None = None,
     unseal: Unseal = _plain,
+    read_checkpoint: Callable[[bytes, bytes], ScopeState] | None = None,
 ) -> tuple[ScopeState, RecoveryReport]:
     """Rebuild ``ref``'s state: the newest good checkpoint plus a replay of later commits.
 
@@ -76,7 +77,9 @@ def load_state(
     commit ends the replay there. ``head`` is the scope's newest committed
     version as its head record says: a replay that ends short of it reports
     the missing tail, and records above it (which no commit wrote) are
-    ignored and reported. What was skipped is in the report.
+    ignored and reported. What was skipped is in the report. ``read_checkpoint(key, raw)``
+    decodes a stored checkpoint (a format-2 manifest needs its chunks and values records);
+    without it, every checkpoint is read as a full record.
     """
     if prefix is None:
         prefix = ref_key(ref)
@@ -98,6 +101,9 @@ def load_state(
         if version > target:
             continue
         try:
+            if read_checkpoint is not None:
+                starts.append((read_checkpoint(key, raw), version))
+                break
             where = place("ckpt", key)
             plain = unseal(raw, where, f"checkpoint v{version} of {ref}")
             record = codec.decode_checkpoint(plain, ref=ref, version=version, place=where)

@@ -4,7 +4,10 @@ Layout (named databases in one environment):
 
 ``scopes``      ref key -> ScopeRecord (the scope's place in the tree)
 ``log``         ref key + big-endian version -> CommitRecord (one per commit)
-``ckpt``        ref key + big-endian version -> CheckpointRecord (full state)
+``ckpt``        ref key + big-endian version -> a checkpoint's manifest (format 2; a store
+                written before it may hold full CheckpointRecords here, still read)
+``chunks``      ref key + root + end index -> messages of the log, written once (``_incremental.py``)
+``kv``          ref key + big-endian version -> a checkpoint's values map, in full or as a delta
 ``quarantine``  db name + original key -> the bytes of a record recovery skipped
 ``children``    parent ref key (or ff for no parent) + child ref key -> the child's ScopeRecord
 (in ``log``)    ref key + 00*8 -> the scope's head: its newest committed version and a CRC bound to the key
@@ -33,8 +36,10 @@ from __future__ import annotations
 import logging
 import os
 import struct
+import threading
 import zlib
-from collections.abc import Callable, Iterator
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from functools import partial
 from typing import Any, TypeVar
 
@@ -50,9 +55,25 @@ from victor_actors._errors import (
 )
 from victor_actors._model import MAX_ID_BYTES, ScopeRef, StateScope
 from victor_actors._state import ScopeState
+from victor_actors._values import FrozenDict
 from victor_actors.store._codec import CheckpointRecord, Codec, CommitRecord, ScopeRecord
 from victor_actors.store._crypto import Keyring, Sealer
 from victor_actors.store._files import OwnerLock, check_data_file, finish_swap
+from victor_actors.store._incremental import (
+    CheckpointBase,
+    assemble,
+    changed_keys,
+    chunk_key,
+    chunk_payload,
+    chunk_ranges,
+    is_manifest,
+    kv_delta_payload,
+    kv_full_of,
+    kv_full_payload,
+    manifest_payload,
+    manifest_root,
+    new_root,
+)
 from victor_actors.store._keys import (
     PLAIN,
     ROOT_PARENT,
@@ -74,6 +95,10 @@ logger = logging.getLogger("victor_actors")
 
 T = TypeVar("T")
 META_KEY = b"format"  # in the meta database: whether the store is encrypted, and under which id key
+# The store's format: 1 wrote full checkpoints; 2 (incremental checkpoints: manifests, chunks, kv)
+# reads both. A writable open moves a store to 2, after which code that knows only 1 refuses it.
+FORMAT = 2
+FORMATS = (1, 2)
 KEY_CHECK = b"victor-actors keyring check v1"  # sealed in the meta record: do the keys fit?
 _HEAD = struct.Struct(">QI")  # version, crc32 over place + version
 
@@ -98,7 +123,7 @@ class Store:
         VictorActorsError: ``path`` holds no store (read-only), or LMDB refused it.
     """
 
-    DBS = ("scopes", "log", "ckpt", "quarantine", "meta", "children")
+    DBS = ("scopes", "log", "ckpt", "quarantine", "meta", "children", "chunks", "kv")
 
     def __init__(
         self,
@@ -124,19 +149,28 @@ class Store:
         self._open(map_size)
         try:
             meta = self._meta()
-            if meta is None and encryption is not None and not self._is_empty():
+            encrypted = meta is not None and bool(meta.get("encrypted"))
+            if not encrypted and encryption is not None and not self._is_empty():
                 raise EncryptionKeyError(
                     f"the store at {self.path!r} is not encrypted and holds {self.scope_count()} scopes; "
                     "open it without a keyring, or with encryption_migrate=True to encrypt it first "
                     "(GlobalStateManager.open); nothing was opened"
                 )
             self.layout, self.sealer = self._keys_for(meta, encryption)
+            if not read_only:
+                meta = self._meta()
+                if meta is None or meta.get("format") != FORMAT:
+                    self._put_meta({"encrypted": False, **(meta or {}), "format": FORMAT})
             if not read_only and "children" not in self.dbs:
                 self._build_index()
         except BaseException:
             self._close_env()
             raise
         self._closed = False
+        # what the newest loads built on: ref -> (checkpoint version, root, n, message n - 1,
+        # the checkpoint's kv version and full kv version)
+        self._hints: OrderedDict[ScopeRef, tuple[int, bytes, int, Any, int, int]] = OrderedDict()
+        self._hints_lock = threading.Lock()
         self._writer: GroupCommitWriter | None = None
         if not read_only:
             self._writer = GroupCommitWriter(
@@ -178,7 +212,8 @@ class Store:
                 try:
                     self.dbs[name] = self.env.open_db(name.encode(), create=create)
                 except lmdb.NotFoundError:
-                    if name not in ("meta", "children"):  # a store from before meta records has none
+                    # stores from before meta records, the children index or format 2 lack them
+                    if name not in ("meta", "children", "chunks", "kv"):
                         raise
         except lmdb.Error as exc:
             self._release_lock()
@@ -217,8 +252,8 @@ class Store:
             return None
         try:
             meta = msgpack.unpackb(raw, raw=False)
-            if not isinstance(meta, dict) or meta.get("format") != 1:
-                raise ValueError("not a format-1 meta record")
+            if not isinstance(meta, dict) or meta.get("format") not in FORMATS:
+                raise ValueError(f"not a meta record of format {' or '.join(map(str, FORMATS))}")
             return meta
         except Exception as exc:
             raise CheckpointCorruptError(
@@ -249,7 +284,7 @@ class Store:
                 raise EncryptionKeyError(f"the store at {self.path!r} is not encrypted; nothing was opened")
             id_key_id = keyring.active
             check = Sealer(keyring).seal(KEY_CHECK, place("meta", META_KEY))
-            record = {"format": 1, "encrypted": True, "id_key": id_key_id, "check": check}
+            record = {"format": FORMAT, "encrypted": True, "id_key": id_key_id, "check": check}
             self._put_meta(record)
             return Layout(keyring.id_key(id_key_id)), Sealer(keyring)
         assert meta is not None
@@ -293,6 +328,11 @@ class Store:
     def transactions(self) -> int:
         """LMDB write transactions so far."""
         return 0 if self._writer is None else self._writer.transactions
+
+    @property
+    def bytes_put(self) -> int:
+        """Bytes of the values put by the write transactions committed so far (handed to LMDB)."""
+        return 0 if self._writer is None else self._writer.bytes_put
 
     def submit(self, ops: list[TxnOp], *, wait: bool) -> None:
         """Run ``ops`` in a write transaction; with ``wait``, return once it is durable.
@@ -372,19 +412,118 @@ class Store:
         return lambda t: t.put("log", key, raw)
 
     def op_put_checkpoint(self, ref: ScopeRef, record: CheckpointRecord, keep: int | None) -> TxnOp:
-        key = self.layout.versioned_key(ref, record.state.version)
-        where = place("ckpt", key)
-        raw = self.sealer.seal(self.codec.encode_checkpoint(record, place=where), where)
+        """Write ``record`` as a checkpoint in full (a new message root, a full values record).
+
+        With ``keep``, the transaction also applies retention (see ``_retain``).
+        """
+        return self.plan_checkpoint(ref, record, keep)[0]
+
+    def plan_checkpoint(
+        self,
+        ref: ScopeRef,
+        record: CheckpointRecord,
+        keep: int | None,
+        base: CheckpointBase | None = None,
+        touched: Iterable[str] | None = None,
+        *,
+        replaced: Callable[[CheckpointBase, CheckpointBase], None] | None = None,
+        verify: bool = False,
+    ) -> tuple[TxnOp, CheckpointBase]:
+        """The operation writing ``record`` as a checkpoint on top of ``base``, and the base it leaves.
+
+        ``base`` is what the previous checkpoint of this scope (written by the
+        caller, so ``record.state`` descends from it with no reset between)
+        left; ``touched`` holds every values key changed since ``base`` (a
+        superset does no harm); with ``touched`` None the values map is
+        written in full. With ``verify`` (for copies between stores, where
+        nothing vouches for the descent), the message log and values are
+        compared with the base's instead of trusted. Without a base, or one
+        it cannot build on, the checkpoint is written in full.
+
+        The operation checks in its transaction that the records it builds
+        on are stored; if not, it writes the checkpoint in full instead and
+        calls ``replaced(planned_base, actual_base)`` on the writer's thread.
+
+        Raises:
+            TransitionValidationError: the state cannot be encoded; nothing is written.
+        """
+        state = record.state
+        version = state.version
+        prefix = self.layout.ref_key(ref)
+        messages = state.messages
+        n = len(messages)
+        if base is not None and not _descends(base, state, verify):
+            base = None
+        if base is not None and verify:
+            touched = changed_keys(base.values, state.values)
+        puts: list[tuple[str, bytes, bytes]] = []
+        checks: list[tuple[str, bytes]] = []
+        if base is not None and base.n:
+            root, start = base.root, base.n
+            checks.append(("chunks", chunk_key(prefix, root, base.n)))
+        else:
+            root, start = new_root(), 0
+        for s, e in chunk_ranges(start, n):
+            key = chunk_key(prefix, root, e)
+            puts.append(("chunks", key, self._sealed_payload("chunks", key, chunk_payload(messages, s, e))))
+        kv_key = self.layout.versioned_key(ref, version)
+        kv: tuple[int, int, int, int] | None = None  # kv version, full version, chain bytes, full bytes
+        if base is not None and base.version == version:  # the same state again: its values are stored
+            kv = (base.kv_version, base.kv_full, base.chain_bytes, base.full_bytes)
+        elif base is not None and touched is not None:
+            delta = kv_delta_payload(state.values, base.kv_version, touched)
+            raw = self._sealed_payload("kv", kv_key, delta)
+            if base.chain_bytes + len(raw) <= base.full_bytes:
+                kv = (version, base.kv_full, base.chain_bytes + len(raw), base.full_bytes)
+                puts.append(("kv", kv_key, raw))
+        if kv is None:
+            raw = self._sealed_payload("kv", kv_key, kv_full_payload(state.values))
+            kv = (version, version, 0, len(raw))
+            puts.append(("kv", kv_key, raw))
+        elif base is not None:
+            checks.append(("kv", self.layout.versioned_key(ref, base.kv_version)))
+            checks.append(("kv", self.layout.versioned_key(ref, base.kv_full)))
+        key = self.layout.versioned_key(ref, version)
+        manifest = manifest_payload(self.codec, record, root, kv[0], kv[1])
+        puts.append(("ckpt", key, self._sealed_payload("ckpt", key, manifest)))
+        planned = CheckpointBase(version, root, n, messages, state.values, *kv)
 
         def op(t: WriteTxn) -> None:
-            t.put("ckpt", key, raw)
+            for db, check in checks:
+                if t.get(db, check) is None:
+                    logger.info("%s: the checkpoint v%d builds on records no longer stored; written in full",
+                                ref, version)  # fmt: skip
+                    full, actual = self.plan_checkpoint(ref, record, keep)
+                    full(t)
+                    if replaced is not None:
+                        replaced(planned, actual)
+                    return
+            for db, k, v in puts:
+                t.put(db, k, v)
             if keep is not None:
                 self._retain(t, ref, keep)
 
-        return op
+        return op, planned
+
+    def _sealed_payload(self, db: str, key: bytes, payload: Mapping[str, Any]) -> bytes:
+        where = place(db, key)
+        return self.sealer.seal(self.codec.pack(payload, where), where)
+
+    def _open_record(
+        self, db: str, key: bytes, raw: bytes, ref: object, version: int | None, what: str
+    ) -> Mapping[str, Any]:
+        """The payload of the record stored at ``key`` of ``db`` (CheckpointCorruptError if damaged)."""
+        where = place(db, key)
+        return self.codec.unpack(self.sealer.open(raw, where, what), ref=ref, version=version, place=where)
 
     def _retain(self, t: WriteTxn, ref: ScopeRef, keep: int) -> None:
-        """Keep the newest ``keep`` checkpoints and the log from the oldest kept one on."""
+        """Keep the newest ``keep`` checkpoints and the log from the oldest kept one on.
+
+        Then the records only the dropped checkpoints used go too: values
+        records below the oldest full one a kept checkpoint's chain starts
+        from, and every message root no kept checkpoint refers to. (If a kept
+        checkpoint does not open, nothing of that is dropped.)
+        """
         prefix = self.layout.ref_key(ref)
         ckpts = t.keys_in("ckpt", prefix)
         if len(ckpts) <= keep:
@@ -398,6 +537,31 @@ class Store:
             if version_of(key) > oldest_kept:
                 break
             t.delete("log", key)
+        roots: set[bytes] = set()
+        fulls: list[int] = []
+        for key in ckpts[-keep:]:
+            kept = t.get("ckpt", key) or b""
+            try:
+                payload = self._open_record("ckpt", key, kept, ref, version_of(key), "a kept checkpoint")
+            except CheckpointCorruptError:
+                return
+            root, full = manifest_root(payload), kv_full_of(payload)
+            if root is not None:
+                roots.add(root)
+            if full is not None:
+                fulls.append(full)
+        floor = min(fulls) if fulls else None
+        for key in t.keys_in("kv", prefix):
+            if floor is not None and version_of(key) >= floor:
+                break
+            t.delete("kv", key)
+        start = prefix
+        while (found := t.first_key_from("chunks", start)) is not None and found.startswith(prefix):
+            root = found[len(prefix) : len(prefix) + 8]
+            if root not in roots:
+                for old in t.keys_in("chunks", prefix + root):
+                    t.delete("chunks", old)
+            start = prefix + root + b"\xff" * 9  # past every chunk of this root
 
     # -- reading --------------------------------------------------------------
 
@@ -720,10 +884,16 @@ class Store:
         for key, raw in self._scan("ckpt", self.layout.ref_key(ref), reverse=True):
             version = version_of(key)
             try:
-                plain = self._unsealed(raw, "ckpt", key, f"checkpoint v{version} of {ref}")
-                rec = self.codec.decode_checkpoint(plain, ref=ref, version=version, place=place("ckpt", key))
-                label, ts, readable = rec.label, rec.timestamp, True
-            except CheckpointCorruptError:
+                payload = self._open_record("ckpt", key, raw, ref, version, f"checkpoint v{version} of {ref}")
+                if is_manifest(payload):
+                    label, ts = payload["label"], float(payload["timestamp"])
+                    if label is not None and not isinstance(label, str):
+                        raise CheckpointCorruptError(f"checkpoint v{version} of {ref} has a bad label")
+                else:
+                    rec = self.codec.structure_payload(payload, CheckpointRecord, ref, version)
+                    label, ts = rec.label, rec.timestamp
+                readable = True
+            except (CheckpointCorruptError, KeyError, TypeError, ValueError):
                 label, ts, readable = None, 0.0, False
             out.append(
                 CheckpointInfo(checkpoint_id(ref, version), ref, version, label, ts, len(raw), readable)
@@ -738,8 +908,64 @@ class Store:
         return self.codec.decode_commit(plain, ref=ref, version=version, place=where)
 
     def checkpoint(self, ref: ScopeRef, version: int) -> CheckpointRecord:
-        plain, where = self._versioned("ckpt", ref, version, "checkpoint", f"checkpoint v{version} of {ref}")
-        return self.codec.decode_checkpoint(plain, ref=ref, version=version, place=where)
+        """The checkpoint of ``ref`` at ``version``, as a full record (its chunks and values read too).
+
+        Raises:
+            CheckpointNotFoundError: there is none at that version.
+            CheckpointCorruptError: it, or a record it needs, is damaged or missing.
+        """
+        key = self.layout.versioned_key(ref, version)
+        rows = self._rows(self.layout.ref_key(ref), ("chunks", "kv"), {"ckpt": key})
+        raw = rows["ckpt"][0][1] if rows["ckpt"] else None
+        if raw is None:
+            raise CheckpointNotFoundError(f"{ref} has no checkpoint at version {version}")
+        return self._checkpoint_from(ref, key, raw, rows)
+
+    def _checkpoint_from(
+        self, ref: ScopeRef, key: bytes, raw: bytes, rows: dict[str, list[tuple[bytes, bytes]]]
+    ) -> CheckpointRecord:
+        """Decode the checkpoint stored at ``key`` (a manifest or a full record) with the scope's rows."""
+        version = version_of(key)
+        payload = self._open_record("ckpt", key, raw, ref, version, f"checkpoint v{version} of {ref}")
+        if not is_manifest(payload):
+            return self.codec.structure_payload(payload, CheckpointRecord, ref, version)
+        by_version = {version_of(k): (k, v) for k, v in rows.get("kv", ())}
+
+        def open_record(db: str, k: bytes, r: bytes, v: int | None, what: str) -> Mapping[str, Any]:
+            return self._open_record(db, k, r, ref, v, what)
+
+        return assemble(
+            self.codec, ref, version, payload, self.layout.ref_key(ref), rows.get("chunks", []), by_version,
+            open_record,
+        )  # fmt: skip
+
+    def _rows(
+        self, prefix: bytes, ranges: tuple[str, ...], gets: Mapping[str, bytes] | None = None
+    ) -> dict[str, list[tuple[bytes, bytes]]]:
+        """In one read transaction: every record under ``prefix`` of each of ``ranges``, and ``gets``."""
+        handles = {db: self.dbs.get(db) for db in (*ranges, *(gets or {}))}
+
+        def read() -> dict[str, list[tuple[bytes, bytes]]]:
+            out: dict[str, list[tuple[bytes, bytes]]] = {}
+            with self.env.begin() as txn:
+                for db in ranges:
+                    items: list[tuple[bytes, bytes]] = []
+                    handle = handles[db]
+                    if handle is not None:
+                        with txn.cursor(db=handle) as cur:
+                            if cur.set_range(prefix):
+                                for key, value in cur:
+                                    if not key.startswith(prefix):
+                                        break
+                                    items.append((bytes(key), bytes(value)))
+                    out[db] = items
+                for db, key in (gets or {}).items():
+                    handle = handles[db]
+                    raw = None if handle is None else txn.get(key, db=handle)
+                    out[db] = [] if raw is None else [(key, bytes(raw))]
+            return out
+
+        return self._read(read)
 
     def _versioned(self, db: str, ref: ScopeRef, version: int, kind: str, what: str) -> tuple[bytes, bytes]:
         """The opened record of ``ref`` at ``version`` in ``db``, and its place (for the decoder)."""
@@ -750,11 +976,9 @@ class Store:
         return self._unsealed(raw, db, key, what), place(db, key)
 
     def size_of(self, ref: ScopeRef) -> int:
-        """Bytes of stored records (log and checkpoints) for ``ref``."""
+        """Bytes of stored records (log, checkpoints, their message chunks and values) for ``ref``."""
         prefix = self.layout.ref_key(ref)
-        return sum(len(v) for _k, v in self._scan("log", prefix)) + sum(
-            len(v) for _k, v in self._scan("ckpt", prefix)
-        )
+        return sum(len(v) for db in ("log", "ckpt", "chunks", "kv") for _k, v in self._scan(db, prefix))
 
     def load(
         self, ref: ScopeRef, lineage: tuple[ScopeRef, ...], *, upto: int | None = None
@@ -765,24 +989,7 @@ class Store:
         """
         prefix = self.layout.ref_key(ref)
         head_key = self.layout.head_key(ref)
-        handles = {db: self.dbs.get(db) for db in ("log", "ckpt")}
-
-        def read() -> dict[str, list[tuple[bytes, bytes]]]:
-            out: dict[str, list[tuple[bytes, bytes]]] = {}
-            with self.env.begin() as txn:
-                for db, handle in handles.items():
-                    items: list[tuple[bytes, bytes]] = []
-                    if handle is not None:
-                        with txn.cursor(db=handle) as cur:
-                            if cur.set_range(prefix):
-                                for key, value in cur:
-                                    if not key.startswith(prefix):
-                                        break
-                                    items.append((bytes(key), bytes(value)))
-                    out[db] = items
-            return out
-
-        rows = self._read(read)
+        rows = self._rows(prefix, ("log", "ckpt", "chunks", "kv"))
         head_raw = next((v for k, v in rows["log"] if k == head_key), None)
         log = [(k, v) for k, v in rows["log"] if not is_head(k)]
         ckpts = rows["ckpt"]
@@ -796,7 +1003,14 @@ class Store:
             head_note = None
         except CheckpointCorruptError as exc:
             head, head_note = None, str(exc)
-        return load_state(
+        used: list[tuple[bytes, bytes, ScopeState]] = []
+
+        def read_checkpoint(key: bytes, raw: bytes) -> ScopeState:
+            state = self._checkpoint_from(ref, key, raw, rows).state
+            used.append((key, raw, state))
+            return state
+
+        loaded = load_state(
             scan,
             self.codec,
             ref,
@@ -806,7 +1020,68 @@ class Store:
             head_note=head_note,
             prefix=self.layout.ref_key(ref),
             unseal=self.sealer.open,
+            read_checkpoint=read_checkpoint,
         )
+        if upto is None and used:
+            self._note_load(ref, used[-1], loaded[0])
+        return loaded
+
+    # -- where a loaded scope's next checkpoint can build on -------------------------------------
+
+    _MAX_HINTS = 4096
+
+    def _note_load(self, ref: ScopeRef, used: tuple[bytes, bytes, ScopeState], state: ScopeState) -> None:
+        """Remember which message root the state ``load`` just built rests on, if it provably does.
+
+        It does when the checkpoint it started from is a manifest and the
+        log replayed on top of it only appended: then message n - 1 of the
+        loaded state is the very object the checkpoint's chunks decoded to (a
+        replayed reset would have brought objects of its own). That object
+        (a container, so never one Python shares between decodes) is what
+        ``base_after_load`` later finds in the live state to know it descends
+        from this load.
+        """
+        key, raw, ck_state = used
+        version = version_of(key)
+        n = len(ck_state.messages)
+        if not n or len(state.messages) < n:
+            return
+        last = ck_state.messages[n - 1]
+        if state.messages[n - 1] is not last or not (
+            isinstance(last, FrozenDict) or (last.__class__ is tuple and last)
+        ):
+            return
+        try:
+            payload = self._open_record("ckpt", key, raw, ref, version, f"checkpoint v{version} of {ref}")
+        except CheckpointCorruptError:
+            return
+        root = manifest_root(payload)
+        if root is None:
+            return
+        kv_version, kv_full = (int(x) for x in payload["kv"])
+        with self._hints_lock:
+            self._hints[ref] = (version, root, n, last, kv_version, kv_full)
+            self._hints.move_to_end(ref)
+            while len(self._hints) > self._MAX_HINTS:
+                self._hints.popitem(last=False)
+
+    def base_after_load(self, ref: ScopeRef, state: ScopeState) -> CheckpointBase | None:
+        """A base for ``state``'s next checkpoint from the load it descends from, or None.
+
+        The caller vouches that nothing reset the scope since it was loaded;
+        the base shares the loaded checkpoint's message root. Plan on it with
+        ``touched=None`` (the values are written in full once: nothing recorded
+        what changed since the load). The hint is used once.
+        """
+        with self._hints_lock:
+            hint = self._hints.pop(ref, None)
+        if hint is None:
+            return None
+        version, root, n, last, kv_version, kv_full = hint
+        messages = state.messages
+        if state.version < version or len(messages) < n or messages[n - 1] is not last:
+            return None
+        return CheckpointBase(version, root, n, messages, state.values, kv_version, kv_full, 0, 0)
 
     def op_quarantine_after(self, ref: ScopeRef, version: int) -> TxnOp:
         """Move every record of ``ref`` above ``version`` out of the way (recovery could not reach it).
@@ -818,7 +1093,7 @@ class Store:
         head = self.op_put_head(ref, version)
 
         def op(t: WriteTxn) -> None:
-            for db in ("log", "ckpt"):
+            for db in ("log", "ckpt", "kv"):  # message chunks stay (retention drops unused roots)
                 for key in t.keys_in(db, prefix):
                     if version_of(key) > version and not (db == "log" and is_head(key)):
                         raw = t.get(db, key)
@@ -828,3 +1103,21 @@ class Store:
             head(t)
 
         return op
+
+
+def _descends(base: CheckpointBase, state: ScopeState, verify: bool) -> bool:
+    """Whether ``state`` can be written on top of ``base`` (its log extends the base's).
+
+    Trusted (the caller vouches that no reset came between) but for a cheap
+    check that the base's last message is still in place; with ``verify``,
+    the whole prefix is compared.
+    """
+    n = base.n
+    messages = state.messages
+    if base.version > state.version or n > len(messages):
+        return False
+    if not n:
+        return True
+    if verify:
+        return all(a == b for a, b in zip(base.messages, messages[:n], strict=True))
+    return bool(messages[n - 1] is base.messages[n - 1])

@@ -76,16 +76,26 @@ class ResizeGate:
 
 
 class WriteTxn:
-    """The write transaction a job's operations run in (on the leader's thread)."""
+    """The write transaction a job's operations run in (on the leader's thread).
 
-    __slots__ = ("dbs", "txn")
+    ``bytes_put`` counts the bytes of the values it put (what the store hands to LMDB).
+    """
+
+    __slots__ = ("bytes_put", "dbs", "txn")
 
     def __init__(self, txn: Any, dbs: dict[str, Any]) -> None:
         self.txn = txn
         self.dbs = dbs
+        self.bytes_put = 0
 
     def put(self, db: str, key: bytes, value: bytes) -> None:
+        self.bytes_put += len(value)
         self.txn.put(key, value, db=self.dbs[db])
+
+    def first_key_from(self, db: str, start: bytes) -> bytes | None:
+        """The least key of ``db`` at or after ``start`` (None: there is none)."""
+        with self.txn.cursor(db=self.dbs[db]) as cur:
+            return bytes(cur.key()) if cur.set_range(start) else None
 
     def delete(self, db: str, key: bytes) -> None:
         self.txn.delete(key, db=self.dbs[db])
@@ -149,6 +159,7 @@ class GroupCommitWriter:
         self._closed = False
         self.commits = 0
         self.transactions = 0
+        self.bytes_put = 0  # bytes of the values put by committed transactions
         # async-mode jobs have nobody waiting: this thread leads for them within flush_interval
         self._flusher = threading.Thread(target=self._flush_loop, name="victor-actors-flusher", daemon=True)
         self._flusher.start()
@@ -276,6 +287,7 @@ class GroupCommitWriter:
                         for op in job.ops:
                             op(t)
                 error = None
+                self.bytes_put += t.bytes_put
                 break
             except lmdb.MapFullError:
                 size = int(self.env.info()["map_size"])
