@@ -185,20 +185,32 @@ def test_async_graph_and_the_event_loop_stays_free(saver: VictorActorsSaver) -> 
 def test_values_are_stored_once_per_version_not_per_checkpoint(saver: VictorActorsSaver) -> None:
     big = "x" * 20_000
     configs = put_chain(saver, "linear", 200, big=big)
-    state = scope_of(saver, "linear").snapshot().state
-    blobs = [k for k in state if k.startswith("b/")]
-    assert len([k for k in blobs if k.startswith("b/big/")]) == 1
-    assert len(blobs) == 1 + 2 * 200  # big once; step and notes once per version
-    held = sum(len(v[1]) for k, v in state.items() if k.startswith("b/"))
-    assert held < len(big) + 200 * 200
+    count = saver._segments.count("linear", "")
+    assert count == 2  # 512 keys a segment: about 170 steps in the first
+    states = [
+        saver.manager.scope(ScopeRef(StateScope.CONVERSATION, layout.segment_id("linear", "", k)))
+        .snapshot()
+        .state
+        for k in range(count)
+    ]
+    blobs = [k for state in states for k in state if k.startswith("b/")]
+    # big once per segment (a segment holds every value its checkpoints use); step and notes once
+    # per version
+    assert len([k for k in blobs if k.startswith("b/big/")]) == count
+    assert len(blobs) == count + 2 * 200
     first, last = saver.get_tuple(configs[0]), saver.get_tuple(cfg("linear"))
     assert first is not None and last is not None
     assert first.checkpoint["channel_values"]["big"] == big == last.checkpoint["channel_values"]["big"]
     store = saver.manager.store
     assert store is not None
     # The log holds each value once; the runtime's full checkpoints (every 100 commits, 3 kept) add a
-    # bounded number of copies of the current state. 200 copies of `big` would be 4 MB.
-    assert store.size_of(scope_of(saver, "linear").ref) < 8 * len(big) + 200 * 2_000
+    # bounded number of copies of one segment, and a frozen segment is compacted to one. 200 copies
+    # of `big` would be 4 MB.
+    held = sum(
+        store.size_of(ScopeRef(StateScope.CONVERSATION, layout.segment_id("linear", "", k)))
+        for k in range(count)
+    )
+    assert held < 8 * len(big) + 200 * 2_000
 
 
 # -- serialization --------------------------------------------------------------------
@@ -381,8 +393,8 @@ CHILD = textwrap.dedent(
     from langgraph.checkpoint.base import create_checkpoint, empty_checkpoint
     from victor_actors.langgraph import VictorActorsSaver
 
-    path, start = sys.argv[1], int(sys.argv[2])
-    saver = VictorActorsSaver.open(path)
+    path, start, keys = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    saver = VictorActorsSaver.open(path, segment_keys=keys)
     last = saver.get_tuple({"configurable": {"thread_id": "crash", "checkpoint_ns": ""}})
     config = {"configurable": {"thread_id": "crash", "checkpoint_ns": ""}}
     cp = empty_checkpoint()
@@ -400,9 +412,11 @@ CHILD = textwrap.dedent(
 )
 
 
-def _crash_round(path: Path, start: int, min_puts: int, delay: float) -> tuple[int, set[str], set[str]]:
+def _crash_round(
+    path: Path, start: int, min_puts: int, delay: float, keys: int
+) -> tuple[int, set[str], set[str]]:
     proc = subprocess.Popen(
-        [sys.executable, "-c", CHILD, str(path), str(start)],
+        [sys.executable, "-c", CHILD, str(path), str(start), str(keys)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -435,17 +449,19 @@ def _crash_round(path: Path, start: int, min_puts: int, delay: float) -> tuple[i
     return max(by_step.values()), puts, writes
 
 
-def test_sigkill_during_puts_leaves_whole_checkpoints_and_writes_or_none(tmp_path: Path) -> None:
+@pytest.mark.parametrize("keys", [512, 8], ids=["one-segment", "rolling-over"])
+def test_sigkill_during_puts_leaves_whole_checkpoints_and_writes_or_none(tmp_path: Path, keys: int) -> None:
+    """With 8 keys a segment, a new segment opens every other put: kills land in roll-overs too."""
     path = tmp_path / "store"
     acked_puts: set[str] = set()
     acked_writes: set[str] = set()
     start = 0
     for delay in (0.013, 0.031):
-        last, puts, writes = _crash_round(path, start, 6, delay)
+        last, puts, writes = _crash_round(path, start, 6, delay, keys)
         acked_puts |= puts
         acked_writes |= writes
         start = last + 10  # steps the next child writes start well past anything in flight
-    with VictorActorsSaver.open(path) as saver:
+    with VictorActorsSaver.open(path, segment_keys=keys) as saver:
         found = list(saver.list(cfg("crash")))
         ids = {t.checkpoint["id"] for t in found}
         assert acked_puts <= ids  # every acknowledged put survived
@@ -459,6 +475,8 @@ def test_sigkill_during_puts_leaves_whole_checkpoints_and_writes_or_none(tmp_pat
                 assert len(t.pending_writes or []) == 3
         latest = saver.get_tuple(cfg("crash"))
         assert latest is not None and latest.checkpoint["id"] == max(ids)
+        if keys == 8:
+            assert saver._segments.count("crash", "") > 2  # the kills met a chain of segments
 
 
 # -- list, delete, copy, prune beyond the suite -----------------------------------------

@@ -3,9 +3,9 @@
 ``VictorActorsSaver`` implements LangGraph's ``BaseCheckpointSaver``, sync and
 asyncio, with the extended operations (``delete_for_runs``, ``copy_thread``,
 ``prune``). Each LangGraph thread is a team scope and each of its checkpoint
-namespaces a conversation scope, so checkpoints get the runtime's guarantees:
-one writer per scope, group commit in LMDB, crash safety, and
-``victor-actors inspect``. See ``docs/langgraph.md``.
+namespaces a chain of conversation scopes (segments), so checkpoints get the
+runtime's guarantees: one writer per scope, group commit in LMDB, crash
+safety, and ``victor-actors inspect``. See ``docs/langgraph.md``.
 
 The core package never imports this module: LangGraph is an optional extra.
 """

@@ -1,21 +1,35 @@
 """Where a LangGraph thread lives in the runtime: scope ids, state keys, and the batches the saver commits.
 
 A thread is a team scope ``lg:<thread>``; each of its checkpoint namespaces
-is a conversation scope ``lg:<thread>:<namespace>`` under that team. The team
-lists its namespaces (``ns/<namespace>`` keys); a namespace's own key-value
-state holds, as plain storable values:
+is a chain of *segments*, conversation scopes under that team: segment 0 is
+``lg:<thread>:<namespace>`` (the scope a namespace always was), segment
+``k >= 1`` is ``lgs:<thread>:<k>:<namespace>``. New checkpoints go to the
+newest segment; once it holds ``segment_keys`` keys, the next new checkpoint
+opens the next segment, and the full one is never written again (see
+docs/adr/0019). The team lists its namespaces: ``ns/<namespace>`` is
+``True`` for one segment (the layout before segments) or the number of
+segments. Each segment's key-value state holds, as plain storable values:
 
 =========================  ==================================================
-``latest``                 the newest checkpoint id
+``latest``                 the newest checkpoint id when this segment was the
+                           newest (the newest segment's is the namespace's)
 ``c/<checkpoint id>``      ``{"c": checkpoint without values, "m": metadata,
                            "p": parent id, "r": run id, "v": channel versions}``
 ``b/<channel>/<version>``  one channel value, written once per version
+``compacted``              how often the store copy was compacted (bookkeeping)
 ``wt/<checkpoint id>``     the task ids with pending writes for a checkpoint
 ``w/<checkpoint id>/<task>``  ``{"p": task path, "w": ((idx, channel, type,
                            bytes), ...)}``
 =========================  ==================================================
 
-Serialized values are ``(type, bytes)`` pairs from the serializer. Nothing
+A segment is self-contained: every value one of its checkpoints uses is
+stored in it (a put copies in, from the checkpoint it carries, any value
+the segment lacks). Serialized values are ``(type, bytes)`` pairs from the
+serializer. The saver stores each record (``c/``, ``w/``) as one msgpack
+``bytes`` value and each channel value as one ``bytes`` value (the type's
+length, the type, the payload): a value the runtime freezes and encodes in
+one step, not a tree of small ones. Records and values written before
+(plain mappings and ``(type, bytes)`` pairs) read the same. Nothing
 here does I/O: these are pure functions from a snapshot's state to keys and
 transitions.
 """
@@ -26,9 +40,12 @@ import re
 from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
-from victor_actors import StateTransition, TransitionType
+import ormsgpack  # type: ignore[import-not-found, unused-ignore]
+
+from victor_actors import CheckpointCorruptError, StateTransition, TransitionType
 
 __all__ = [
+    "COMPACTED",
     "LATEST",
     "NS_PREFIX",
     "blob_key",
@@ -36,18 +53,27 @@ __all__ = [
     "conv_id",
     "delete",
     "drop_checkpoints",
-    "keep_only_latest",
+    "empty",
+    "keep_only",
+    "pack",
     "record_key",
+    "record_of",
+    "segment_count",
+    "segment_id",
     "team_id",
     "thread_of_team",
+    "typed",
+    "untyped",
     "update",
     "write_key",
     "write_tasks_key",
 ]
 
 LATEST = "latest"
+COMPACTED = "compacted"  # a segment's bookkeeping counter (see Segments.compact); no checkpoint data
 NS_PREFIX = "ns/"
 TEAM_PREFIX = "lg:"
+SEGMENT_PREFIX = "lgs:"
 _UNESCAPE = re.compile(r"%(25|2F|3A)")
 _UNESCAPED = {"25": "%", "2F": "/", "3A": ":"}
 
@@ -72,6 +98,20 @@ def conv_id(thread_id: str, namespace: str) -> str:
     return f"{TEAM_PREFIX}{_esc(thread_id)}:{namespace}"
 
 
+def segment_id(thread_id: str, namespace: str, index: int) -> str:
+    """Segment ``index`` of a namespace: 0 is :func:`conv_id`; the others can never equal one of those."""
+    if index == 0:
+        return conv_id(thread_id, namespace)
+    # "lgs:" differs from "lg:" at its third character; the thread part holds no ':' and the index
+    # none, so thread, index and namespace split back apart.
+    return f"{SEGMENT_PREFIX}{_esc(thread_id)}:{index}:{namespace}"
+
+
+def segment_count(listed: Any) -> int:
+    """How many segments a namespace has, from its ``ns/`` entry in the team (anything odd: 1)."""
+    return listed if listed.__class__ is int and listed >= 1 else 1
+
+
 def thread_of_team(ident: str) -> str | None:
     """The thread id of a team scope id, or None for a team that is not a LangGraph thread."""
     return _unesc(ident[len(TEAM_PREFIX) :]) if ident.startswith(TEAM_PREFIX) else None
@@ -91,6 +131,51 @@ def write_tasks_key(checkpoint_id: str) -> str:
 
 def write_key(checkpoint_id: str, task_id: str) -> str:
     return f"w/{_esc(checkpoint_id)}/{_esc(task_id)}"
+
+
+def pack(record: Mapping[str, Any]) -> bytes:
+    """A record (``c/`` or ``w/``) as the one bytes value the saver stores."""
+    return bytes(ormsgpack.packb(record))
+
+
+def record_of(value: Any) -> Mapping[str, Any]:
+    """A stored record as a mapping, packed (:func:`pack`) or, from before packing, plain.
+
+    Raises:
+        CheckpointCorruptError: packed bytes that do not decode to a mapping.
+    """
+    if value.__class__ is not bytes:
+        return value  # type: ignore[no-any-return]
+    try:
+        out = ormsgpack.unpackb(value)
+    except ormsgpack.MsgpackDecodeError as exc:
+        raise CheckpointCorruptError(f"a LangGraph checkpoint record does not decode ({exc})") from None
+    if not isinstance(out, dict):
+        raise CheckpointCorruptError("a LangGraph checkpoint record decodes to something not a mapping")
+    return out
+
+
+def typed(type_: str, data: bytes) -> bytes:
+    """A serialized channel value ``(type, bytes)`` as one bytes value."""
+    name = type_.encode("utf-8")
+    return bytes((len(name),)) + name + data
+
+
+def untyped(value: Any) -> tuple[str, bytes]:
+    """A stored channel value as ``(type, bytes)``, from :func:`typed` or, from before it, a pair.
+
+    Raises:
+        CheckpointCorruptError: a value in neither form.
+    """
+    if value.__class__ is bytes and value:
+        n = value[0]
+        try:
+            return value[1 : 1 + n].decode("utf-8"), value[1 + n :]
+        except UnicodeDecodeError:
+            pass
+    elif isinstance(value, (tuple, list)) and len(value) == 2:
+        return value[0], value[1]
+    raise CheckpointCorruptError("a LangGraph channel value is in no known form")
 
 
 def update(key: str, value: Any) -> StateTransition:
@@ -116,11 +201,17 @@ def _writes_keys(state: Mapping[str, Any], checkpoint_id: str) -> Iterable[str]:
 
 
 def _blobs_of(record: Mapping[str, Any]) -> set[str]:
-    return {blob_key(channel, version) for channel, version in record["v"].items()}
+    return {blob_key(channel, version) for channel, version in record_of(record)["v"].items()}
 
 
-def drop_checkpoints(state: Mapping[str, Any], victims: Collection[str]) -> list[StateTransition]:
-    """Delete these checkpoints, their pending writes, and channel values no other checkpoint uses."""
+def drop_checkpoints(
+    state: Mapping[str, Any], victims: Collection[str], *, keep_latest_key: bool = False
+) -> list[StateTransition]:
+    """Delete these checkpoints, their pending writes, and channel values no other checkpoint uses.
+
+    With ``keep_latest_key`` the ``latest`` key is left as it is (the caller
+    sets it from every segment).
+    """
     out: list[StateTransition] = []
     kept: list[str] = []
     used: set[str] = set()
@@ -134,16 +225,23 @@ def drop_checkpoints(state: Mapping[str, Any], victims: Collection[str]) -> list
     if not out:
         return out
     out.extend(delete(key) for key in state if key.startswith("b/") and key not in used)
-    if state.get(LATEST) in victims:
+    if not keep_latest_key and state.get(LATEST) in victims:
         out.append(update(LATEST, kept[0]) if kept else delete(LATEST))
     return out
 
 
-def keep_only_latest(state: Mapping[str, Any]) -> list[StateTransition]:
-    """Delete everything but the newest checkpoint, its pending writes and the values it uses."""
-    latest = state.get(LATEST)
-    record = state.get(record_key(latest)) if isinstance(latest, str) else None
-    if record is None or not isinstance(latest, str):
-        return [delete(key) for key in state]
-    keep = {LATEST, record_key(latest), *_writes_keys(state, latest), *_blobs_of(record)}
+def keep_only(state: Mapping[str, Any], cid: str | None, *, keep_latest_key: bool) -> list[StateTransition]:
+    """Delete everything of a segment but checkpoint ``cid`` (if it holds it), its writes and values.
+
+    ``latest`` stays with ``keep_latest_key``.
+    """
+    keep = {LATEST} if keep_latest_key else set()
+    record = state.get(record_key(cid)) if cid is not None else None
+    if record is not None and cid is not None:
+        keep |= {record_key(cid), *_writes_keys(state, cid), *_blobs_of(record)}
     return [delete(key) for key in state if key not in keep]
+
+
+def empty(state: Mapping[str, Any]) -> list[StateTransition]:
+    """Delete every key of a segment."""
+    return [delete(key) for key in state]

@@ -6,7 +6,6 @@ import asyncio
 import builtins
 import os
 import random
-import threading
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from typing import Any, cast
 
@@ -32,22 +31,22 @@ from victor_actors import (
     ScopeRef,
     StateScope,
     StateTransition,
-    VersionConflictError,
 )
 from victor_actors.langgraph import _layout as L
+from victor_actors.langgraph._lanes import Job, View
+from victor_actors.langgraph._segments import Segments
 from victor_actors.langgraph._serde import DisallowedTypeError, StrictSerializer
-from victor_actors.lowlevel import MapView, Step, StepGen, adrive, drive
+from victor_actors.langgraph._writes import Writer, latest_of
+from victor_actors.lowlevel import MapView, StepGen, adrive, drive
 
 __all__ = ["VictorActorsSaver"]
 
-# Optimistic attempts (handle.modify: snapshot, build, apply with the version read) before falling
-# back to a locked read-modify-write. One is enough unless another writer of the namespace got in.
-_TRIES = 3
-Build = Callable[[ContextSnapshot], "builtins.list[StateTransition] | None"]
-
-
-class _NothingToWrite(Exception):
-    """A build found the namespace already as wanted: no commit, and no round trip to its actor."""
+EMPTY = L.typed("empty", b"")  # a channel announced without a value
+# Keys a segment holds before the next new checkpoint opens the next one (about 100 graph steps).
+SEGMENT_KEYS = 512
+# How long a round of put_writes alone waits for the step's put to share its commit (seconds).
+WRITES_LINGER = 0.0005
+Target = tuple[str, str, "builtins.list[ScopeHandle]", "str | None"]
 
 
 def _conf(config: RunnableConfig) -> tuple[str, str, str | None]:
@@ -67,21 +66,34 @@ class VictorActorsSaver(BaseCheckpointSaver[str]):  # type: ignore[misc, unused-
     ``VictorActorsSaver.open(path)`` opens (and owns) a manager on an LMDB
     store; ``VictorActorsSaver(manager)`` uses one you already have (and
     leaves it open). A thread is the team scope ``lg:<thread_id>``; each
-    checkpoint namespace is a conversation scope under it. So every write
-    goes through that scope's actor, is durable on return (``durability=
-    "sync"``), shares LMDB transactions with other scopes, survives crashes
-    whole or not at all, and shows up in ``victor-actors inspect``.
+    checkpoint namespace is a chain of conversation scopes under it
+    (segments of at most ``segment_keys`` keys, see ``docs/langgraph.md``).
+    So every write goes through a scope's actor, is durable on return
+    (``durability="sync"``), shares LMDB transactions with other scopes,
+    survives crashes whole or not at all, and shows up in
+    ``victor-actors inspect``.
 
-    One ``put`` is one commit: the checkpoint record and the channel values
-    it introduces, written once per channel version and shared by every
-    later checkpoint that keeps that version. One ``put_writes`` is one
-    commit too. Concurrent writers of one namespace are serialised by its
-    actor; a write that raced another is retried on the new state, so none
-    is lost.
+    One ``put`` stores the checkpoint record and the channel values it
+    introduces, written once per channel version (per segment) and shared
+    by every later checkpoint that keeps that version; one ``put_writes``
+    stores a task's writes. Writes of one namespace queue in its lane: the
+    first caller leads and commits everything queued as one commit (a
+    graph step's overlapping ``put_writes`` and ``put`` share it), so they
+    never conflict with each other and none is lost.
 
     Values are serialized by ``serde`` (default: :class:`StrictSerializer`,
     LangGraph's msgpack format with a strict allowlist; ``allowed_types``
     extends it). Pickle is refused whatever the serializer.
+
+    ``segment_keys`` (at least 8): the keys a segment holds before new
+    checkpoints go to the next one. ``writes_linger`` (seconds, 0 to 0.1):
+    how long a round of ``put_writes`` alone waits for a ``put`` to share its
+    commit; 0 commits at once.
+
+    Raises:
+        ValueError: from the constructor, for ``serde`` with
+            ``allowed_types``, or a ``segment_keys`` or ``writes_linger`` out
+            of range; nothing is opened.
     """
 
     serde: SerializerProtocol
@@ -94,17 +106,26 @@ class VictorActorsSaver(BaseCheckpointSaver[str]):  # type: ignore[misc, unused-
         allowed_types: Iterable[tuple[str, ...] | type] = (),
         timeout: float | None = None,
         close_manager: bool = False,
+        segment_keys: int = SEGMENT_KEYS,
+        writes_linger: float = WRITES_LINGER,
     ) -> None:
         allowed = tuple(allowed_types)
         if serde is not None and allowed:
             raise ValueError("pass allowed_types (for the default StrictSerializer) or serde, not both")
+        if segment_keys.__class__ is not int or segment_keys < 8:
+            raise ValueError(f"segment_keys must be an int of at least 8, not {segment_keys!r}")
         super().__init__(serde=serde if serde is not None else StrictSerializer(allowed))
         self.manager = manager
         self.timeout = timeout
+        self.segment_keys = segment_keys
+        if not 0 <= writes_linger <= 0.1:
+            raise ValueError(f"writes_linger must be within 0 and 0.1 seconds, not {writes_linger!r}")
+        self.writes_linger = float(writes_linger)
         self._close_manager = close_manager
-        self._handles: dict[tuple[str, str], ScopeHandle] = {}
-        self._registered: set[tuple[str, str]] = set()
-        self._open_lock = threading.Lock()
+        self._segments = Segments(manager, timeout)
+        self._writer = Writer(
+            self._segments, segment_keys=segment_keys, linger=self.writes_linger, timeout=timeout
+        )
 
     @classmethod
     def open(
@@ -114,12 +135,22 @@ class VictorActorsSaver(BaseCheckpointSaver[str]):  # type: ignore[misc, unused-
         serde: SerializerProtocol | None = None,
         allowed_types: Iterable[tuple[str, ...] | type] = (),
         timeout: float | None = None,
+        segment_keys: int = SEGMENT_KEYS,
+        writes_linger: float = WRITES_LINGER,
         **manager_options: Any,
     ) -> VictorActorsSaver:
         """Open an LMDB store at ``path`` (see ``GlobalStateManager.open``); :meth:`close` closes it."""
         manager = GlobalStateManager.open(path, **manager_options)
         try:
-            return cls(manager, serde=serde, allowed_types=allowed_types, timeout=timeout, close_manager=True)
+            return cls(
+                manager,
+                serde=serde,
+                allowed_types=allowed_types,
+                timeout=timeout,
+                close_manager=True,
+                segment_keys=segment_keys,
+                writes_linger=writes_linger,
+            )
         except BaseException:
             manager.close()
             raise
@@ -141,53 +172,7 @@ class VictorActorsSaver(BaseCheckpointSaver[str]):  # type: ignore[misc, unused-
     async def __aexit__(self, *exc: object) -> None:
         await asyncio.to_thread(self.close)
 
-    # -- scopes ----------------------------------------------------------------
-
-    def _lookup(self, thread_id: str, ns: str) -> ScopeHandle | None:
-        """The namespace's scope, or None if it was never written. Creates nothing."""
-        handle = self._handles.get((thread_id, ns))
-        if handle is None:
-            try:
-                handle = self.manager.scope(ScopeRef(StateScope.CONVERSATION, L.conv_id(thread_id, ns)))
-            except ScopeAccessError:
-                return None
-            self._handles[(thread_id, ns)] = handle
-        return handle
-
-    async def _alookup(self, thread_id: str, ns: str) -> ScopeHandle | None:
-        """:meth:`_lookup` for asyncio: off the loop, unless the handle is already known."""
-        handle = self._handles.get((thread_id, ns))
-        return handle if handle is not None else await asyncio.to_thread(self._lookup, thread_id, ns)
-
-    def _opened(self, thread_id: str, ns: str) -> ScopeHandle | None:
-        """The namespace's handle if this saver already created and listed it, else None."""
-        key = (thread_id, ns)
-        return self._handles.get(key) if key in self._registered else None
-
-    def _open_ns(self, thread_id: str, ns: str) -> ScopeHandle:
-        """The namespace's scope, created (and listed in its thread's team) on first use."""
-        handle = self._opened(thread_id, ns)
-        if handle is not None:
-            return handle
-        key = (thread_id, ns)
-        with self._open_lock:
-            team = self.manager.get_team_state(L.team_id(thread_id))
-            ns_key = L.NS_PREFIX + ns
-            if ns_key not in team.snapshot().state:
-                # Listed before the namespace gets data, and never unlisted: a crash in between
-                # leaves an empty namespace listed, never data that delete_thread cannot find.
-                team.apply([L.update(ns_key, True)], timeout=self.timeout)
-            handle = self.manager.get_conversation_state(
-                L.conv_id(thread_id, ns), team_id=L.team_id(thread_id)
-            )
-            self._handles[key] = handle
-            self._registered.add(key)
-        return handle
-
-    async def _aopen_ns(self, thread_id: str, ns: str) -> ScopeHandle:
-        """:meth:`_open_ns` for asyncio: off the loop, unless the namespace is already open."""
-        handle = self._opened(thread_id, ns)
-        return handle if handle is not None else await asyncio.to_thread(self._open_ns, thread_id, ns)
+    # -- namespaces and threads ------------------------------------------------------
 
     def _namespaces(self, thread_id: str) -> builtins.list[str]:
         try:
@@ -198,18 +183,10 @@ class VictorActorsSaver(BaseCheckpointSaver[str]):  # type: ignore[misc, unused-
         return sorted(key[len(prefix) :] for key in team.snapshot().state if key.startswith(prefix))
 
     def _threads(self) -> builtins.list[str]:
-        out = []
-        for ref in self.manager.scopes():
-            if ref.scope is StateScope.TEAM:
-                thread = L.thread_of_team(ref.id)
-                if thread is not None:
-                    out.append(thread)
-        return sorted(out)
+        return self._segments.threads()
 
-    def _targets(
-        self, config: RunnableConfig | None
-    ) -> builtins.list[tuple[str, str, ScopeHandle, str | None]]:
-        """(thread, namespace, handle, checkpoint id filter) for every namespace a list() reads."""
+    def _targets(self, config: RunnableConfig | None) -> builtins.list[Target]:
+        """(thread, namespace, segments newest first, checkpoint id filter) for every namespace read."""
         if config is None:
             threads, only_ns, only_id = self._threads(), None, None
         else:
@@ -220,112 +197,10 @@ class VictorActorsSaver(BaseCheckpointSaver[str]):  # type: ignore[misc, unused-
         out = []
         for thread in threads:
             for ns in [only_ns] if only_ns is not None else self._namespaces(thread):
-                handle = self._lookup(thread, ns)
-                if handle is not None:
-                    out.append((thread, ns, handle, only_id))
+                segments = list(self._segments.newest_first(thread, ns))
+                if segments:
+                    out.append((thread, ns, segments, only_id))
         return out
-
-    # -- serialization -----------------------------------------------------------
-
-    def _dumps(self, obj: Any) -> tuple[str, bytes]:
-        type_, data = self.serde.dumps_typed(obj)
-        if type_ == "pickle":
-            raise DisallowedTypeError(
-                "refusing to store a pickled value; nothing was written", type_name=type_
-            )
-        return type_, bytes(data)
-
-    def _loads(self, typed: Any) -> Any:
-        type_, data = typed[0], typed[1]
-        if type_ == "pickle":
-            raise DisallowedTypeError(
-                "refusing to load a pickled value; nothing was imported", type_name=type_
-            )
-        return self.serde.loads_typed((type_, data))
-
-    def _tuple(self, thread_id: str, ns: str, cid: str, state: MapView) -> CheckpointTuple | None:
-        record = state.get(L.record_key(cid))
-        if record is None:
-            return None
-        checkpoint = self._loads(record["c"])
-        versions = dict(record["v"])  # channel -> version: str, int or float, nothing to thaw
-        values = {}
-        for channel, version in versions.items():
-            blob = state.get(L.blob_key(channel, version))
-            if blob is not None and blob[0] != "empty":
-                values[channel] = self._loads(blob)
-        checkpoint["channel_values"] = values
-        checkpoint["channel_versions"] = versions
-        parent = record["p"]
-        return CheckpointTuple(
-            config=_config(thread_id, ns, cid),
-            checkpoint=checkpoint,
-            metadata=self._loads(record["m"]),
-            parent_config=_config(thread_id, ns, parent) if parent else None,
-            pending_writes=self._pending(state, cid),
-        )
-
-    def _pending(self, state: MapView, cid: str) -> builtins.list[PendingWrite]:
-        rows = []
-        for task_id in state.get(L.write_tasks_key(cid)) or ():
-            entry = state.get(L.write_key(cid, task_id))
-            if entry is not None:
-                path = entry["p"]
-                for idx, channel, type_, data in entry["w"]:
-                    rows.append(((path, task_id, idx), task_id, channel, (type_, data)))
-        rows.sort(key=lambda row: row[0])  # LangGraph's writes_sort_key: (task path, task id, idx)
-        return [(task_id, channel, self._loads(typed)) for _key, task_id, channel, typed in rows]
-
-    # -- commits ---------------------------------------------------------------
-
-    def _write(self, thread_id: str, ns: str, build: Build) -> StepGen[None]:
-        """Open the namespace and commit what ``build`` returns: once for each sync method and its twin."""
-        handle = yield Step(self._open_ns, self._aopen_ns, thread_id, ns)
-        yield from self._commit(handle, build)
-
-    def _commit(self, handle: ScopeHandle, build: Build) -> StepGen[None]:
-        """Commit what ``build(snapshot)`` returns, with no lost update; nothing if it returns nothing.
-
-        Optimistic first (``handle.modify``: the batch applies only if the
-        namespace is still at the version it was built from); after
-        ``_TRIES`` conflicting tries, under the scope's lock (``transact``),
-        where it cannot conflict.
-        """
-
-        def batch(snap: ContextSnapshot) -> builtins.list[StateTransition]:
-            transitions = build(snap)
-            if not transitions:
-                raise _NothingToWrite
-            return transitions
-
-        try:
-            yield Step(handle.modify, handle.amodify, batch, retries=_TRIES - 1, timeout=self.timeout)
-        except _NothingToWrite:
-            return
-        except VersionConflictError:
-            yield Step(
-                handle.transact,
-                handle.atransact,
-                lambda snap: build(snap) or (),
-                lock=[handle.ref],
-                timeout=self.timeout,
-            )
-
-    def _purge(self, handle: ScopeHandle) -> None:
-        """Drop a namespace's history from the store after a delete or prune.
-
-        The runtime keeps a scope's log back to its oldest retained checkpoint,
-        so deleted values would stay on disk. A checkpoint of the current state,
-        written again with retention 1, becomes the scope's only base: the
-        transaction that writes it drops every older log record and checkpoint.
-        """
-        store = self.manager.store
-        if store is None or store.read_only:
-            return
-        saved = self.manager.save_checkpoint(handle.ref, label="langgraph: history purged")
-        version = int(saved.rpartition("@")[2])  # the id is "<scope>@<version>"
-        record = store.checkpoint(handle.ref, version)
-        store.submit([store.op_put_checkpoint(handle.ref, record, 1)], wait=True)
 
     # -- put ---------------------------------------------------------------------
 
@@ -345,7 +220,7 @@ class VictorActorsSaver(BaseCheckpointSaver[str]):  # type: ignore[misc, unused-
         merged = cast(dict[str, Any], get_checkpoint_metadata(config, metadata))
         run_id = merged.get("run_id")
         transitions = [
-            L.update(L.blob_key(ch, ver), self._dumps(values[ch]) if ch in values else ("empty", b""))
+            L.update(L.blob_key(ch, ver), L.typed(*self._dumps(values[ch])) if ch in values else EMPTY)
             for ch, ver in new_versions.items()
         ]
         record = {
@@ -355,20 +230,24 @@ class VictorActorsSaver(BaseCheckpointSaver[str]):  # type: ignore[misc, unused-
             "r": run_id if isinstance(run_id, str) else None,
             "v": versions,
         }
-        transitions.append(L.update(L.record_key(cid), record))
+        transitions.append(L.update(L.record_key(cid), L.pack(record)))
 
-        def build(snap: ContextSnapshot) -> builtins.list[StateTransition]:
-            state = snap.state
+        def build(view: View) -> builtins.list[StateTransition]:
             out = list(transitions)
-            for ch, ver in versions.items():  # values the caller did not announce in new_versions
-                if ch in values and ch not in new_versions and L.blob_key(ch, ver) not in state:
-                    out.append(L.update(L.blob_key(ch, ver), self._dumps(values[ch])))
-            latest = state.get(L.LATEST)
-            if latest is None or cid > latest:
-                out.append(L.update(L.LATEST, cid))
+            for ch, ver in versions.items():
+                # a value the caller did not announce in new_versions that this segment lacks (the first
+                # put into a new segment, a fork from an older one): copied in, so the segment stands alone
+                if ch in values and ch not in new_versions and L.blob_key(ch, ver) not in view:
+                    out.append(L.update(L.blob_key(ch, ver), L.typed(*self._dumps(values[ch]))))
+            if view.active:
+                latest = view.get(L.LATEST, view.fallback_latest)
+                if latest is None or cid > latest:
+                    out.append(L.update(L.LATEST, cid))
+                elif L.LATEST not in view:  # a new segment carries the namespace's newest id
+                    out.append(L.update(L.LATEST, latest))
             return out
 
-        yield from self._write(thread_id, ns, build)
+        yield from self._writer.enqueue(thread_id, ns, Job("put", cid, build))
         return _config(thread_id, ns, cid)
 
     def put(
@@ -407,29 +286,30 @@ class VictorActorsSaver(BaseCheckpointSaver[str]):  # type: ignore[misc, unused-
             entries.append((WRITES_IDX_MAP.get(channel, idx), channel, type_, data))
         key, tasks_key = L.write_key(cid, task_id), L.write_tasks_key(cid)
 
-        def build(snap: ContextSnapshot) -> builtins.list[StateTransition] | None:
-            state = snap.state
-            existing = state.get(key)
-            merged = {row[0]: row for row in existing["w"]} if existing is not None else {}
+        def build(view: View) -> builtins.list[StateTransition] | None:
+            existing = view.get(key)
+            merged = (
+                {row[0]: tuple(row) for row in L.record_of(existing)["w"]} if existing is not None else {}
+            )
             changed = False
             for row in entries:
                 old = merged.get(row[0])
                 # A regular write (idx >= 0) is kept as first stored; special ones (errors,
                 # interrupts) are replaced, as LangGraph's own savers do.
-                if old is not None and (row[0] >= 0 or tuple(old) == row):
+                if old is not None and (row[0] >= 0 or old == row):
                     continue
                 merged[row[0]] = row
                 changed = True
             if not changed:
                 return None
             rows = tuple(merged[i] for i in sorted(merged))
-            out = [L.update(key, {"p": task_path, "w": rows})]
-            tasks = state.get(tasks_key) or ()
+            out = [L.update(key, L.pack({"p": task_path, "w": rows}))]
+            tasks = view.get(tasks_key) or ()
             if task_id not in tasks:
                 out.append(L.update(tasks_key, (*tasks, task_id)))
             return out
 
-        yield from self._write(thread_id, ns, build)
+        yield from self._writer.enqueue(thread_id, ns, Job("writes", cid, build))
 
     def put_writes(
         self,
@@ -452,45 +332,60 @@ class VictorActorsSaver(BaseCheckpointSaver[str]):  # type: ignore[misc, unused-
 
     # -- reads -------------------------------------------------------------------
 
-    def _get(
-        self, handle: ScopeHandle | None, thread_id: str, ns: str, cid: str | None
-    ) -> CheckpointTuple | None:
-        if handle is None:
-            return None
-        state = handle.snapshot().state  # immutable: no lock held while values are decoded
-        if cid is None:
-            cid = state.get(L.LATEST)
-            if cid is None:
+    def _get(self, thread_id: str, ns: str, cid: str | None) -> CheckpointTuple | None:
+        segments = self._segments.newest_first(thread_id, ns)
+        seen: builtins.list[MapView] = []
+        if cid is None:  # the newest segment's latest, reading no further back than it must
+            for handle in segments:
+                seen.append(handle.snapshot().state)  # immutable: no lock held while values are decoded
+                cid = seen[-1].get(L.LATEST)
+                if isinstance(cid, str):
+                    break
+            else:
                 return None
-        return self._tuple(thread_id, ns, cid, state)
+        key = L.record_key(cid)
+        for state in seen:
+            if key in state:
+                return self._tuple(thread_id, ns, cid, state)
+        for handle in segments:
+            state = handle.snapshot().state
+            if key in state:
+                return self._tuple(thread_id, ns, cid, state)
+        return None
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """The checkpoint named by ``config``, or the namespace's newest; None if there is none."""
         thread_id, ns, cid = _conf(config)
-        return self._get(self._lookup(thread_id, ns), thread_id, ns, cid)
+        return self._get(thread_id, ns, cid)
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         thread_id, ns, cid = _conf(config)
-        return self._get(await self._alookup(thread_id, ns), thread_id, ns, cid)
+        if self._segments.known(thread_id, ns):
+            return self._get(thread_id, ns, cid)  # every handle known: no I/O, nothing to wait for
+        return await asyncio.to_thread(self._get, thread_id, ns, cid)
 
     def _iter(
         self,
-        targets: builtins.list[tuple[str, str, ScopeHandle, str | None]],
+        targets: builtins.list[Target],
         filter: dict[str, Any] | None,
         before: RunnableConfig | None,
         limit: int | None,
     ) -> Iterator[CheckpointTuple]:
         before_id = get_checkpoint_id(before) if before else None
         remaining = limit
-        for thread_id, ns, handle, only_id in targets:
-            state = handle.snapshot().state
-            for cid in L.checkpoint_ids(state):
+        for thread_id, ns, segments, only_id in targets:
+            found_in: dict[str, MapView] = {}
+            for handle in reversed(segments):  # oldest first: a newer segment's copy of an id wins
+                state = handle.snapshot().state
+                found_in.update((cid, state) for cid in L.checkpoint_ids(state))
+            for cid in sorted(found_in, reverse=True):
                 if remaining is not None and remaining <= 0:
                     return
                 if (only_id is not None and cid != only_id) or (before_id is not None and cid >= before_id):
                     continue
+                state = found_in[cid]
                 if filter:
-                    metadata = self._loads(state[L.record_key(cid)]["m"])
+                    metadata = self._loads(L.record_of(state[L.record_key(cid)])["m"])
                     if not all(metadata.get(k) == v for k, v in filter.items()):
                         continue
                 found = self._tuple(thread_id, ns, cid, state)
@@ -509,7 +404,7 @@ class VictorActorsSaver(BaseCheckpointSaver[str]):  # type: ignore[misc, unused-
     ) -> Iterator[CheckpointTuple]:
         """Checkpoints newest first, per namespace; ``config=None`` reads every thread.
 
-        Each namespace is read from one immutable snapshot: no I/O, no lock.
+        Each segment is read from one immutable snapshot: no I/O, no lock.
         """
         return self._iter(self._targets(config), filter, before, limit)
 
@@ -527,23 +422,42 @@ class VictorActorsSaver(BaseCheckpointSaver[str]):  # type: ignore[misc, unused-
 
     # -- deletes, copies, pruning --------------------------------------------------
 
-    def _rewrite(self, thread_id: str, plan: Callable[[MapView], builtins.list[StateTransition]]) -> None:
+    def _rewrite(
+        self,
+        thread_id: str,
+        plan: Callable[[builtins.list[MapView]], builtins.list[builtins.list[StateTransition]]],
+    ) -> None:
+        """For each namespace: ``plan`` (segment states, newest first) gives each segment's batch.
+
+        Each segment that changed is committed, then compacted, so what was
+        deleted leaves the store too.
+        """
         for ns in self._namespaces(thread_id):
-            handle = self._lookup(thread_id, ns)
-            if handle is None:
+            segments = list(self._segments.newest_first(thread_id, ns))
+            if not segments:
                 continue
-            before = handle.version
-            drive(self._commit(handle, lambda snap: plan(snap.state)))
-            if handle.version != before:
-                self._purge(handle)
+            for i, handle in enumerate(segments):
+
+                def build(
+                    snap: ContextSnapshot, i: int = i, segments: builtins.list[ScopeHandle] = segments
+                ) -> builtins.list[StateTransition]:
+                    states = [snap.state if j == i else h.snapshot().state for j, h in enumerate(segments)]
+                    return plan(states)[i]
+
+                before = handle.version
+                drive(self._writer.commit(handle, build))
+                if handle.version != before:
+                    self._segments.compact(handle)
+            self._writer.forget(thread_id, ns)
 
     def delete_thread(self, thread_id: str) -> None:
         """Delete every checkpoint, value and pending write of a thread, in all its namespaces.
 
-        Each namespace is emptied in one commit, and its history is dropped
-        from the store. The (now empty) scopes stay, as runtime scopes do.
+        Each segment of each namespace is emptied in one commit, and its
+        history is dropped from the store. The (now empty) scopes stay, as
+        runtime scopes do.
         """
-        self._rewrite(str(thread_id), lambda state: [L.delete(key) for key in state])
+        self._rewrite(str(thread_id), lambda states: [L.empty(s) for s in states])
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
         """Delete the checkpoints (with their writes) whose metadata names one of ``run_ids``.
@@ -554,9 +468,23 @@ class VictorActorsSaver(BaseCheckpointSaver[str]):  # type: ignore[misc, unused-
         if not runs:
             return
 
-        def plan(state: MapView) -> builtins.list[StateTransition]:
-            victims = {cid for cid in L.checkpoint_ids(state) if state[L.record_key(cid)]["r"] in runs}
-            return L.drop_checkpoints(state, victims) if victims else []
+        def plan(states: builtins.list[MapView]) -> builtins.list[builtins.list[StateTransition]]:
+            out = []
+            remaining: builtins.list[str] = []
+            dropped = False
+            for state in states:
+                ids = L.checkpoint_ids(state)
+                victims = {cid for cid in ids if L.record_of(state[L.record_key(cid)])["r"] in runs}
+                dropped = dropped or bool(victims)
+                remaining.extend(cid for cid in ids if cid not in victims)
+                out.append(L.drop_checkpoints(state, victims, keep_latest_key=True) if victims else [])
+            if dropped:  # the newest segment names the newest checkpoint left; older ones name none
+                newest = max(remaining, default=None)
+                out[0].append(L.update(L.LATEST, newest) if newest is not None else L.delete(L.LATEST))
+                for state, batch in zip(states[1:], out[1:], strict=True):
+                    if newest is None and L.LATEST in state:
+                        batch.append(L.delete(L.LATEST))
+            return out
 
         for thread_id in self._threads():
             self._rewrite(thread_id, plan)
@@ -564,36 +492,39 @@ class VictorActorsSaver(BaseCheckpointSaver[str]):  # type: ignore[misc, unused-
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Copy every namespace of a thread (checkpoints, values, writes) to another thread.
 
-        One commit per namespace; a checkpoint the target already has is replaced.
+        One commit per source segment, into the target namespace's newest
+        segment; a checkpoint the target already has is replaced.
         """
         source, target = str(source_thread_id), str(target_thread_id)
         for ns in self._namespaces(source):
-            src = self._lookup(source, ns)
-            if src is None:
-                continue
-            items = dict(src.snapshot().state.items())
-            if not items:
-                continue
-            dst = self._open_ns(target, ns)
+            for handle in reversed(list(self._segments.newest_first(source, ns))):
+                items = {k: v for k, v in handle.snapshot().state.items() if k != L.COMPACTED}
+                if not items:
+                    continue
 
-            def build(snap: ContextSnapshot, items: dict[str, Any] = items) -> builtins.list[StateTransition]:
-                out = [L.update(k, v) for k, v in items.items() if k != L.LATEST]
-                latest = [c for c in (items.get(L.LATEST), snap.state.get(L.LATEST)) if c is not None]
-                if latest:
-                    out.append(L.update(L.LATEST, max(latest)))
-                return out
+                def build(view: View, items: dict[str, Any] = items) -> builtins.list[StateTransition]:
+                    out = [L.update(k, v) for k, v in items.items() if k != L.LATEST]
+                    ids = [c for c in (items.get(L.LATEST), view.get(L.LATEST, view.fallback_latest)) if c]
+                    if ids:
+                        out.append(L.update(L.LATEST, max(ids)))
+                    return out
 
-            drive(self._commit(dst, build))
+                drive(self._writer.enqueue(target, ns, Job("copy", "", build)))
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         """``"keep_latest"``: keep each namespace's newest checkpoint (with its writes); ``"delete"``: all."""
         if strategy not in ("keep_latest", "delete"):
             raise ValueError(f"unknown prune strategy {strategy!r}: use 'keep_latest' or 'delete'")
+
+        def plan(states: builtins.list[MapView]) -> builtins.list[builtins.list[StateTransition]]:
+            latest = latest_of(states)
+            return [L.keep_only(s, latest, keep_latest_key=i == 0) for i, s in enumerate(states)]
+
         for thread_id in thread_ids:
             if strategy == "delete":
                 self.delete_thread(thread_id)
             else:
-                self._rewrite(str(thread_id), L.keep_only_latest)
+                self._rewrite(str(thread_id), plan)
 
     async def adelete_thread(self, thread_id: str) -> None:
         await asyncio.to_thread(self.delete_thread, thread_id)
@@ -606,6 +537,61 @@ class VictorActorsSaver(BaseCheckpointSaver[str]):  # type: ignore[misc, unused-
 
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         await asyncio.to_thread(self.prune, thread_ids, strategy=strategy)
+
+    # -- serialization -----------------------------------------------------------
+
+    def _dumps(self, obj: Any) -> tuple[str, bytes]:
+        type_, data = self.serde.dumps_typed(obj)
+        if type_ == "pickle":
+            raise DisallowedTypeError(
+                "refusing to store a pickled value; nothing was written", type_name=type_
+            )
+        return type_, bytes(data)
+
+    def _loads(self, typed: Any) -> Any:
+        type_, data = typed[0], typed[1]
+        if type_ == "pickle":
+            raise DisallowedTypeError(
+                "refusing to load a pickled value; nothing was imported", type_name=type_
+            )
+        return self.serde.loads_typed((type_, data))
+
+    def _tuple(self, thread_id: str, ns: str, cid: str, state: MapView) -> CheckpointTuple | None:
+        stored = state.get(L.record_key(cid))
+        if stored is None:
+            return None
+        record = L.record_of(stored)
+        checkpoint = self._loads(record["c"])
+        versions = dict(record["v"])  # channel -> version: str, int or float, nothing to thaw
+        values = {}
+        for channel, version in versions.items():
+            blob = state.get(L.blob_key(channel, version))
+            if blob is not None:
+                type_, data = L.untyped(blob)
+                if type_ != "empty":
+                    values[channel] = self._loads((type_, data))
+        checkpoint["channel_values"] = values
+        checkpoint["channel_versions"] = versions
+        parent = record["p"]
+        return CheckpointTuple(
+            config=_config(thread_id, ns, cid),
+            checkpoint=checkpoint,
+            metadata=self._loads(record["m"]),
+            parent_config=_config(thread_id, ns, parent) if parent else None,
+            pending_writes=self._pending(state, cid),
+        )
+
+    def _pending(self, state: MapView, cid: str) -> builtins.list[PendingWrite]:
+        rows = []
+        for task_id in state.get(L.write_tasks_key(cid)) or ():
+            stored = state.get(L.write_key(cid, task_id))
+            if stored is not None:
+                entry = L.record_of(stored)
+                path = entry["p"]
+                for idx, channel, type_, data in entry["w"]:
+                    rows.append(((path, task_id, idx), task_id, channel, (type_, data)))
+        rows.sort(key=lambda row: row[0])  # LangGraph's writes_sort_key: (task path, task id, idx)
+        return [(task_id, channel, self._loads(typed)) for _key, task_id, channel, typed in rows]
 
     # -- versions ----------------------------------------------------------------
 

@@ -1,0 +1,212 @@
+"""One writer per namespace inside the saver: a lane, its queued jobs, and the hand-off of the lead.
+
+LangGraph calls ``put_writes`` and ``put`` of one namespace from two
+background threads at once. Built from the same snapshot and applied with a
+version check, the second always met a version conflict and was rebuilt.
+Here every write of a namespace joins its lane's queue; the caller that
+finds the lane idle leads: it takes every queued job, builds them in order
+on the namespace's current state (each seeing the ones before it), commits
+them as one commit, and wakes their callers. Jobs that arrive while that
+commit syncs queue up, and the first of them leads the next round with all
+the others. So a lane never conflicts with itself, and a step's
+``put_writes`` and ``put`` that overlap share one synced transaction.
+
+Why it is safe:
+
+- One leader per lane at a time: ``busy`` is set and cleared under the
+  lane's lock, and the lead passes only by ``hand_off`` (to the first job
+  still waiting) or ends with the queue empty.
+- A job is answered once the round that holds it is durable (the commit
+  returns only then) or has failed; nothing is answered early.
+- An asyncio caller cancelled while it waits leaves its job queued (it is
+  still written, as a cancelled ``aapply`` already sent is) and is never
+  handed the lead; one handed the lead when cancelled leads in a worker
+  thread, so the lane never stalls.
+
+Nothing here knows LangGraph: jobs are functions from a view of the state to
+transitions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from victor_actors import StateTransition, TransitionType
+
+__all__ = ["Job", "Lane", "View"]
+
+PENDING, DONE, LEAD, ABANDONED = range(4)
+_GONE = object()
+
+
+class View:
+    """A segment's state with the writes of the jobs built before this one laid over it.
+
+    ``active``: the segment is the namespace's newest. ``fallback_latest``:
+    the namespace's newest checkpoint id as older segments hold it, for a
+    newest segment that has no ``latest`` of its own yet.
+    """
+
+    __slots__ = ("active", "base", "fallback_latest", "over")
+
+    def __init__(self, base: Any, *, active: bool = True, fallback_latest: str | None = None) -> None:
+        self.base = base
+        self.over: dict[str, Any] = {}
+        self.active = active
+        self.fallback_latest = fallback_latest
+
+    def get(self, key: str, default: Any = None) -> Any:
+        value = self.over.get(key, _GONE)
+        if value is _GONE:
+            if key in self.over:  # deleted by an earlier job
+                return default
+            return self.base.get(key, default)
+        return value
+
+    def __contains__(self, key: str) -> bool:
+        if key in self.over:
+            return self.over[key] is not _GONE
+        return key in self.base
+
+    def __len__(self) -> int:
+        return len(self.base) + sum(1 for k, v in self.over.items() if v is not _GONE and k not in self.base)
+
+    def note(self, transitions: Iterable[StateTransition]) -> None:
+        for t in transitions:
+            if t.transition_type is TransitionType.UPDATE_STATE:
+                self.over[t.data["key"]] = t.data["value"]
+            else:
+                self.over[t.data["key"]] = _GONE
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+class Job:
+    """One write waiting in a lane: what it targets, how to build it, and how its caller waits."""
+
+    __slots__ = ("_event", "_future", "_loop", "build", "cid", "error", "kind", "state")
+
+    def __init__(self, kind: str, cid: str, build: Callable[[View], list[StateTransition] | None]) -> None:
+        self.kind = kind  # "put" or "writes"
+        self.cid = cid
+        self.build = build
+        self.error: BaseException | None = None
+        self.state = PENDING
+        self._event: threading.Event | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._future: asyncio.Future[None] | None = None
+
+    def _wake(self) -> None:
+        """Tell the waiting caller its state changed (called under the lane's lock)."""
+        if self._loop is not None:
+            future = self._future
+            assert future is not None
+            try:
+                self._loop.call_soon_threadsafe(_resolve, future)
+            except RuntimeError:  # the caller's loop is closed: nobody waits any more
+                pass
+        elif self._event is not None:
+            self._event.set()
+
+
+class Lane:
+    """The queue of one namespace's writes and who leads them."""
+
+    __slots__ = ("arrived", "busy", "lock", "queue", "segments")
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.arrived = threading.Condition(self.lock)  # notified whenever a job is queued
+        self.queue: list[Job] = []
+        self.busy = False
+        self.segments: list[Any] | None = None  # the namespace's segment handles, known to the leader
+
+    def enter(self, job: Job, loop: asyncio.AbstractEventLoop | None = None) -> bool:
+        """Queue ``job``; True if its caller leads now (the lane was idle)."""
+        if loop is None:
+            job._event = threading.Event()
+        else:
+            job._loop, job._future = loop, loop.create_future()
+        with self.lock:
+            self.queue.append(job)
+            self.arrived.notify_all()
+            if self.busy:
+                return False
+            self.busy = True
+            job.state = LEAD
+            return True
+
+    def wait(self, job: Job) -> bool:
+        """Block until ``job`` is done (False) or handed the lead (True)."""
+        assert job._event is not None
+        job._event.wait()
+        return job.state == LEAD
+
+    async def await_(self, job: Job, lead_elsewhere: Callable[[], None]) -> bool:
+        """:meth:`wait` for asyncio; a caller cancelled with the lead has it run by ``lead_elsewhere``."""
+        assert job._future is not None
+        try:
+            await asyncio.shield(job._future)
+        except asyncio.CancelledError:
+            with self.lock:
+                if job.state == PENDING:
+                    job.state = ABANDONED
+                    raise
+                handed = job.state == LEAD
+            if handed:
+                lead_elsewhere()
+            raise
+        return job.state == LEAD
+
+    def linger(self, seconds: float) -> None:
+        """Wait up to ``seconds`` for a ``put`` to be queued (the leader's round holds only writes).
+
+        LangGraph issues a step's ``put`` about 0.1 ms after its ``put_writes``;
+        waiting that long lets both share one commit instead of syncing twice.
+        """
+        deadline = time.monotonic() + seconds
+        with self.lock:
+            while not any(job.kind == "put" for job in self.queue):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return
+                self.arrived.wait(left)
+
+    def take(self) -> list[Job]:
+        """Every queued job, for the leader's round."""
+        with self.lock:
+            jobs, self.queue = self.queue, []
+            return jobs
+
+    def finish(self, jobs: Iterable[Job], leader: Job | None) -> None:
+        """Answer the jobs of a finished round (their ``error`` is set or None)."""
+        with self.lock:
+            for job in jobs:
+                if job is not leader and job.state in (PENDING, ABANDONED):
+                    job.state = DONE
+                    job._wake()
+        if leader is not None:
+            leader.state = DONE
+
+    def hand_off(self) -> bool:
+        """After a round: pass the lead to the first waiting job; True if the caller must lead again.
+
+        True only when every queued job was abandoned by its (cancelled) caller.
+        """
+        with self.lock:
+            for job in self.queue:
+                if job.state == PENDING:
+                    job.state = LEAD
+                    job._wake()
+                    return False
+            if self.queue:
+                return True
+            self.busy = False
+            return False

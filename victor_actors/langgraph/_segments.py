@@ -1,0 +1,174 @@
+"""The scopes of each namespace's segments: found, opened, rolled over and compacted.
+
+A namespace's history is a chain of conversation scopes (segments, see
+``_layout``): the newest takes new checkpoints, the full ones are frozen.
+So the runtime's periodic full checkpoint of the scope being written covers
+one segment (at most ``segment_keys`` keys), never the namespace's whole
+history, and a frozen segment is compacted once, when it is frozen, to one
+stored checkpoint and no log. Why this shape: docs/adr/0019.
+
+Only the saver's lane leader of a namespace rolls it over (``roll``); readers
+derive the chain from the team's ``ns/<namespace>`` entry each time, so a
+reader never needs the leader's view. The count lives in the team, not in
+segment 0, so a roll-over never writes to a frozen segment again.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+
+from victor_actors import GlobalStateManager, ScopeAccessError, ScopeHandle, ScopeRef, StateScope
+from victor_actors.langgraph import _layout as L
+
+__all__ = ["Segments"]
+
+
+class Segments:
+    """Handles of every namespace segment this saver touched, by scope id, and the operations on them."""
+
+    def __init__(self, manager: GlobalStateManager, timeout: float | None) -> None:
+        self.manager = manager
+        self.timeout = timeout
+        self._handles: dict[str, ScopeHandle] = {}
+        self._registered: set[tuple[str, str]] = set()
+        self._open_lock = threading.Lock()
+
+    # -- reading ---------------------------------------------------------------
+
+    def _find(self, level: StateScope, ident: str) -> ScopeHandle | None:
+        # Conversation and team ids of the layout never coincide (a conversation's holds a second
+        # ':'), so one map by id serves both.
+        handle = self._handles.get(ident)
+        if handle is None:
+            try:
+                handle = self.manager.scope(ScopeRef(level, ident))
+            except ScopeAccessError:
+                return None
+            self._handles[ident] = handle
+        return handle
+
+    def lookup(self, thread_id: str, ns: str, index: int = 0) -> ScopeHandle | None:
+        """Segment ``index`` of the namespace, or None if it was never created. Creates nothing."""
+        return self._find(StateScope.CONVERSATION, L.segment_id(thread_id, ns, index))
+
+    def count(self, thread_id: str, ns: str) -> int:
+        """How many segments the namespace has (1 for one never written)."""
+        team = self._find(StateScope.TEAM, L.team_id(thread_id))
+        return 1 if team is None else L.segment_count(team.snapshot().state.get(L.NS_PREFIX + ns))
+
+    def known(self, thread_id: str, ns: str) -> bool:
+        """Whether every segment of the namespace has a handle here (a read then does no I/O)."""
+        if L.team_id(thread_id) not in self._handles:
+            return False
+        ids = (L.segment_id(thread_id, ns, k) for k in range(self.count(thread_id, ns)))
+        return all(ident in self._handles for ident in ids)
+
+    def newest_first(self, thread_id: str, ns: str) -> Iterator[ScopeHandle]:
+        """The namespace's segments, newest first (none if it was never written)."""
+        head = self.lookup(thread_id, ns)
+        if head is None:
+            return
+        for k in range(self.count(thread_id, ns) - 1, 0, -1):
+            handle = self.lookup(thread_id, ns, k)
+            if handle is not None:  # a crash between creating it and its first commit: nothing in it
+                yield handle
+        yield head
+
+    # -- writing ---------------------------------------------------------------
+
+    def open_ns(self, thread_id: str, ns: str) -> ScopeHandle:
+        """Segment 0 of the namespace, created (and listed in its thread's team) on first use."""
+        key = (thread_id, ns)
+        ident = L.conv_id(thread_id, ns)
+        if key in self._registered:
+            return self._handles[ident]
+        with self._open_lock:
+            team = self.manager.get_team_state(L.team_id(thread_id))
+            self._handles[team.ref.id] = team
+            ns_key = L.NS_PREFIX + ns
+            if ns_key not in team.snapshot().state:
+                # Listed before the namespace gets data, and never unlisted: a crash in between
+                # leaves an empty namespace listed, never data that delete_thread cannot find.
+                team.apply([L.update(ns_key, True)], timeout=self.timeout)
+            handle = self.manager.get_conversation_state(ident, team_id=L.team_id(thread_id))
+            self._handles[ident] = handle
+            self._registered.add(key)
+        return handle
+
+    def _open(self, thread_id: str, ns: str, index: int) -> ScopeHandle:
+        ident = L.segment_id(thread_id, ns, index)
+        handle = self._handles.get(ident)
+        if handle is None:
+            handle = self.manager.get_conversation_state(ident, team_id=L.team_id(thread_id))
+            self._handles[ident] = handle
+        return handle
+
+    def for_write(self, thread_id: str, ns: str) -> list[ScopeHandle]:
+        """Every segment of the namespace, oldest first, created if missing (segment 0 listed)."""
+        head = self.open_ns(thread_id, ns)
+        return [head, *(self._open(thread_id, ns, k) for k in range(1, self.count(thread_id, ns)))]
+
+    def roll(self, thread_id: str, ns: str, segments: list[ScopeHandle]) -> list[ScopeHandle]:
+        """Open the next segment and freeze the newest: the chain, one longer.
+
+        The new scope exists before the team counts it, so a reader never
+        meets a count naming a scope that is not there; a crash after the
+        count leaves an empty newest segment, which readers step over.
+        """
+        index = len(segments)
+        new = self._open(thread_id, ns, index)
+        team = self.manager.get_team_state(L.team_id(thread_id))
+        team.apply([L.update(L.NS_PREFIX + ns, index + 1)], timeout=self.timeout)
+        self.compact(segments[-1])
+        return [*segments, new]
+
+    def compact(self, handle: ScopeHandle) -> None:
+        """Make a scope's current state its only stored base: its log and older checkpoints leave LMDB.
+
+        For a frozen segment (it is not written again), for a namespace
+        emptied by a delete, and after a prune. The runtime keeps a scope's
+        log back to its oldest retained checkpoint, so without this deleted
+        values would stay on disk. A checkpoint of the current state, written
+        again with retention 1, drops every older log record and checkpoint
+        in the transaction that writes it. Retention only acts when the scope
+        holds more checkpoints than it keeps, so one is saved first, then a
+        one-key commit (``compacted``, a counter) makes the state the second.
+        """
+        store = self.manager.store
+        if store is None or store.read_only:
+            return
+        self.manager.save_checkpoint(handle.ref, label="langgraph: compacted")
+        count = handle.snapshot().state.get(L.COMPACTED, 0)
+        count = count + 1 if count.__class__ is int else 1
+        handle.apply([L.update(L.COMPACTED, count)], timeout=self.timeout)
+        saved = self.manager.save_checkpoint(handle.ref, label="langgraph: compacted")
+        version = int(saved.rpartition("@")[2])  # the id is "<scope>@<version>"
+        record = store.checkpoint(handle.ref, version)
+        store.submit([store.op_put_checkpoint(handle.ref, record, 1)], wait=True)
+
+    def threads(self) -> list[str]:
+        """Every LangGraph thread id: the team scopes ``lg:...``, read a page at a time by prefix."""
+        store = self.manager.store
+        out: list[str] = []
+        if store is None:
+            for ref in self.manager.scopes():
+                if ref.scope is StateScope.TEAM:
+                    thread = L.thread_of_team(ref.id)
+                    if thread is not None:
+                        out.append(thread)
+            return sorted(out)
+        if not store.read_only:
+            store.flush()  # a new team's record waits for the next group commit: write it first
+        after: ScopeRef | None = None
+        page = 1000
+        while True:
+            records = store.prefix_page(L.TEAM_PREFIX, StateScope.TEAM, after, page)
+            for record in records:
+                thread = L.thread_of_team(record.ref.id)
+                if thread is not None:
+                    out.append(thread)
+            if len(records) < page:
+                break
+            after = records[-1].ref
+        return sorted(out)
