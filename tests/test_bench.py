@@ -1,6 +1,6 @@
 """``victor-actors bench`` and ``victor_actors.bench.report``: the plumbing, not the numbers.
 
-One quick run of the two cheapest benchmarks (start-up and the agent step) in a
+One quick run of the cheapest benchmarks (start-up, the agent step and the LangGraph savers) in a
 subprocess outside the checkout, shared by the tests that read its JSON; one
 quick run of the LangGraph-comparing benchmarks with LangGraph hidden; the
 rest exercise the runner's edges (a failing or missing module, an unknown
@@ -36,9 +36,16 @@ TARGET_IDS = {
     "pipeline_100k",
     "pipeline_flat",
     "snapshot",
-    "durable_1",
-    "durable_100",
-    "agent",
+    "durable_floor",
+    "bytes_written",
+    "disk_10k",
+    "lg_put",
+    "lg_put_raw",
+    "lg_get",
+    "lg_graph",
+    "lg_disk",
+    "lg_concurrent",
+    "lg_long_disk",
     "storage",
     "security_commits",
     "security_reopen",
@@ -91,7 +98,7 @@ def bench_cli(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subpr
 def quick_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any], str]:
     where = tmp_path_factory.mktemp("bench")  # outside the checkout: no benchmarks/ directory needed
     path = where / "bench.json"
-    proc = bench_cli("--only", "startup,agent", "--json", str(path), cwd=where)
+    proc = bench_cli("--only", "startup,agent,langgraph", "--json", str(path), cwd=where)
     return path, json.loads(path.read_text()), proc.stdout
 
 
@@ -120,7 +127,7 @@ def test_quick_run_prints_the_table_and_writes_the_json(quick_run: tuple[Path, d
     for key in ("cpu_model", "cpus", "memory_bytes", "python", "date", "packages"):
         assert meta[key], key
     assert meta["packages"]["victor-actors"] and meta["packages"]["pykka"]
-    assert list(doc["benchmarks"]) == ["startup", "agent"]
+    assert list(doc["benchmarks"]) == ["startup", "agent", "langgraph"]
 
     startup = doc["benchmarks"]["startup"]
     assert startup["status"] == "ok" and startup["seconds"] > 0
@@ -145,16 +152,15 @@ def test_quick_run_prints_the_table_and_writes_the_json(quick_run: tuple[Path, d
         if t["verdict"] == "MISSED":
             assert t["why"] and "no explanation" not in t["why"]
     assert targets["apply_p50"]["verdict"] == "NOT RUN"
-    agent = targets["agent"]
     assert doc["benchmarks"]["agent"]["status"] == "ok"  # ours runs with or without LangGraph
-    if HAS_LANGGRAPH:
-        assert agent["verdict"] in ("MET", "MISSED") and agent["measured"] > 0
+    lg_targets = [t for tid, t in targets.items() if tid.startswith("lg_")]
+    assert len(lg_targets) == 7
+    if HAS_LANGGRAPH and has("langgraph_checkpoint_lmdb"):
+        assert doc["benchmarks"]["langgraph"]["status"] == "ok"
+        for t in lg_targets:
+            assert t["verdict"] in ("MET", "MISSED") and t["measured"] > 0, t
     else:
-        # langgraph itself may be there (the test extra has it) without the SQLite saver
-        assert (
-            agent["verdict"] == "NOT RUN"
-            and "not installed (pip install 'victor-actors[bench]')" in agent["why"]
-        )
+        assert all(t["verdict"] == "NOT RUN" for t in lg_targets)
 
     assert "MEASURED (same run; ratio = ours / baseline)" in stdout
     assert "TARGET" in stdout and "\ntargets: " in stdout
@@ -218,8 +224,9 @@ def test_without_langgraph_ours_run_and_only_the_langgraph_rows_say_so(tmp_path:
         else:  # ours against our own or a raw baseline
             assert row["ratio"] is not None and row["ratio"] > 0, rid
     targets = {t["id"]: t for t in doc["targets"]}
-    for tid in ("durable_1", "durable_100", "agent"):
-        assert targets[tid]["verdict"] == "NOT RUN" and targets[tid]["why"] == HINT
+    for tid in ("lg_put", "lg_graph", "lg_concurrent"):  # the whole benchmark was skipped
+        assert targets[tid]["verdict"] == "NOT RUN" and targets[tid]["why"] == f"skipped: {HINT}"
+    assert targets["durable_floor"]["verdict"] in ("MET", "MISSED")  # against raw LMDB: no LangGraph
     assert targets["storage"]["verdict"] in ("MET", "MISSED")
     assert proc.stdout.count(HINT) >= 3
 
@@ -231,7 +238,7 @@ def test_every_benchmark_is_a_module_of_the_installed_package(tmp_path: Path) ->
     """The runner finds every benchmark in the package itself, and each imports without LangGraph."""
     assert set(bench.BENCHMARKS) == {
         "core", "pipeline", "startup", "store", "agent", "scale", "langgraph", "security", "otel",
-        "listing", "virtual", "groupcommit",
+        "listing", "virtual", "groupcommit", "checkpoints",
     }  # fmt: skip
     for b in bench.BENCHMARKS.values():
         spec = importlib.util.find_spec(b.module)
@@ -360,22 +367,21 @@ def test_every_missed_target_explains_itself_from_the_numbers() -> None:
         "pipeline_100k": "MISSED",
         "pipeline_flat": "MET",  # 1.0x
         "snapshot": "MET",  # 1.0x
-        "durable_1": "MET",  # 2.5x
-        "durable_100": "MISSED",  # 12.5x < 25x
-        "agent": "MISSED",  # 5x < 10x
+        "durable_floor": "MET",  # 1.0x
+        **{tid: "NOT RUN" for tid in TARGET_IDS if tid.startswith("lg_")},  # langgraph not in these results
         "storage": "MISSED",  # 4x > 3x
         "security_commits": "NOT RUN",  # not in these results
         "security_reopen": "NOT RUN",
         "security_bytes": "NOT RUN",
         "otel_disabled": "NOT RUN",
         **{tid: "NOT RUN" for tid in TARGET_IDS if tid.startswith(("virtual", "groupcommit"))},
+        "bytes_written": "NOT RUN",
+        "disk_10k": "NOT RUN",
     }
     whys = {t["id"]: t["why"] for t in targets}
     assert all(whys[tid] == "" for tid, v in verdicts.items() if v == "MET")
     assert "30.0 us vs echo 10.0 us" in whys["apply_p50"]
     assert "1,000 us per pipelined aapply vs 100 us per raw tell" in whys["pipeline_10"]
-    assert "10 commits into each synced txn" in whys["durable_100"] and "2 CPUs" in whys["durable_100"]
-    assert "500 steps/s durable vs 100" in whys["agent"]
     assert "data.mdb 400 B vs a 100 B" in whys["storage"]
     assert {r["id"]: r["note"] for r in rows}["startup_small"] == "not selected (--only)"
 
@@ -401,5 +407,21 @@ def test_a_skipped_langgraph_peer_leaves_only_its_rows_without_a_ratio() -> None
     assert {rid for rid in LANGGRAPH_ROWS if by_id[rid]["note"] == HINT} == LANGGRAPH_ROWS
     assert by_id["durable_raw"]["ratio"] == 1.0 and by_id["agent_durable"]["ratio"] == 0.1
     verdicts = {t["id"]: (t["verdict"], t["why"]) for t in targets}
-    assert verdicts["durable_1"] == verdicts["agent"] == ("NOT RUN", HINT)
+    assert verdicts["lg_put"][0] == "NOT RUN"  # the langgraph benchmark is not in these results
+    assert verdicts["durable_floor"] == ("MET", "")  # 1.0x a bare synced txn: no LangGraph needed
     assert verdicts["storage"] == ("MET", "")  # 2x <= 3x: ours alone decides it
+
+
+def test_the_checkpoints_rows_divide_by_the_final_state_and_explain_a_miss() -> None:
+    run = {"steps": 10_000, "bytes_put": 4_000, "log_bytes_put": 3_000, "checkpoint_bytes_put": 1_000,
+           "data_mdb": 2_000, "final_state_bytes": 1_000, "final_plain_bytes": 3_500, "kept": "3 ckpts",
+           "reload_seconds": 0.02, "decode_full_seconds": 0.01, "open_seconds": 0.001}  # fmt: skip
+    small = {**run, "steps": 1_000, "data_mdb": 5_000}
+    results = {"checkpoints": {"long": 10_000, "runs": {"1000": small, "10000": run}}}
+    rows, targets = bench.evaluate(results, {})
+    ratios = {r["id"]: r["ratio"] for r in rows if r["bench"] == "checkpoints"}
+    assert ratios == {"ckpt_bytes": 4.0, "ckpt_disk_1k": 5.0, "ckpt_disk_10k": 2.0, "ckpt_reload": 2.0}
+    verdicts = {t["id"]: (t["verdict"], t["why"]) for t in targets}
+    assert verdicts["disk_10k"] == ("MET", "")
+    verdict, why = verdicts["bytes_written"]
+    assert verdict == "MISSED" and "the commit log alone is 3,000 B (3.00x" in why and "3.50x" in why

@@ -109,6 +109,34 @@ def _agent(key: str, base: str = "langgraph_sqlite") -> Callable[[Json], tuple[f
     return values
 
 
+def _lg(key: str, base: str = "sqlite") -> Callable[[Json], tuple[float, float, str]]:
+    """A LangGraph-saver row: ours against ``base`` (a saver, or ``raw_lmdb``) on one measure."""
+
+    def pick(res: Json, subject: str) -> float:
+        value = res[subject][key]
+        if isinstance(value, list):  # timed runs, one per round: their mean
+            return sum(value) / len(value)
+        if isinstance(value, dict):  # bytes on disk
+            return float(value["size"])
+        return float(value)
+
+    def values(r: Json) -> tuple[float, float, str]:
+        res, meta = r["results"], r["meta"]
+        note = f"{meta['rounds']} interleaved round(s)"
+        if key == "concurrent_s":
+            store = res["victor_actors"].get("concurrent_store") or {}
+            note = f"{meta['graphs']} graphs x {meta['graph_steps']} steps on as many threads"
+            if store:
+                note += f"; ours: {store['commits']:,} commits in {store['transactions']:,} transactions"
+        elif key == "long_disk":
+            note = f"one {meta['long_steps']:,}-step thread"
+        elif key == "graph_s":
+            note = f"a {meta['steps']}-step StateGraph, durability 'sync', {meta['rounds']} round(s)"
+        return pick(res, "victor_actors"), pick(res, base), note
+
+    return values
+
+
 def _groupcommit(ours: str, base: str) -> Callable[[Json], tuple[float, float, str]]:
     def values(r: Json) -> tuple[float, float, str]:
         res, txns = r["results"], r["transactions"]
@@ -117,6 +145,23 @@ def _groupcommit(ours: str, base: str) -> Callable[[Json], tuple[float, float, s
         if res.get(base) is None:
             raise KeyError(f"{base} was not measured (langgraph-checkpoint-sqlite is not installed)")
         return float(res[ours]), float(res[base]), note
+
+    return values
+
+
+def _checkpoints(steps: str | None, key: str) -> Callable[[Json], tuple[float, float, str]]:
+    def values(r: Json) -> tuple[float, float, str]:
+        run = r["runs"][str(r["long"]) if steps is None else steps]
+        final = run["final_state_bytes"]
+        note = (
+            f"{run['steps']:,} steps; commit log {run['log_bytes_put'] / final:.2f}x, checkpoints "
+            f"{run['checkpoint_bytes_put'] / final:.2f}x; messages as plain msgpack "
+            f"{run['final_plain_bytes'] / final:.2f}x"
+        )
+        if key == "reload_seconds":
+            note = f"{run['steps']:,} steps; a bare open {run['open_seconds'] * 1e3:.1f} ms"
+            return float(run[key]), float(run["decode_full_seconds"]), note
+        return float(run[key]), float(final), note
 
     return values
 
@@ -257,12 +302,32 @@ ROWS: tuple[RowSpec, ...] = (
        _agent("ours_memory"), LANGGRAPH),
     _R("agent_durable", "agent", "agent step, durable / the same in memory (no store)", "steps/s", "higher",
        _agent("ours_sync", "ours_memory")),
+    _R("lg_put", "langgraph", "LangGraph put/s, ours / SqliteSaver", "ops/s", "higher", _lg("put_per_s")),
+    _R("lg_put_raw", "langgraph", "LangGraph put/s, ours / a bare synced LMDB txn of the checkpoint", "ops/s",
+       "higher", _lg("put_per_s", "raw_lmdb")),
+    _R("lg_get", "langgraph", "LangGraph get_tuple/s, ours / SqliteSaver", "ops/s", "higher",
+       _lg("get_tuple_per_s")),
+    _R("lg_graph", "langgraph", "200-step graph run time, ours / SqliteSaver", "s", "lower", _lg("graph_s")),
+    _R("lg_disk", "langgraph", "bytes on disk after the 200-step run, ours / SqliteSaver", "B", "lower",
+       _lg("disk")),
+    _R("lg_concurrent", "langgraph", "50 graphs on 50 threads, wall time, ours / SqliteSaver", "s", "lower",
+       _lg("concurrent_s")),
+    _R("lg_long_disk", "langgraph", "bytes on disk after one 2,000-step thread, ours / SqliteSaver", "B",
+       "lower", _lg("long_disk")),
     _R("groupcommit_one", "groupcommit", "1 scope, 1,000 aapply in flight: sync / in memory", "ops/s",
        "higher", _groupcommit("one_sync", "one_mem")),
     _R("groupcommit_many", "groupcommit", "100 scopes, 10,000 aapply in flight: sync / in memory", "ops/s",
        "higher", _groupcommit("many_sync", "many_mem")),
     _R("groupcommit_sqlite", "groupcommit", "100 scopes, 10,000 in flight, sync / SqliteSaver puts", "ops/s",
        "higher", _groupcommit("many_sync", "sqlite_puts")),
+    _R("ckpt_bytes", "checkpoints", "bytes handed to LMDB over 10,000 one-message commits / final state",
+       "B", "lower", _checkpoints(None, "bytes_put")),
+    _R("ckpt_disk_1k", "checkpoints", "data.mdb after 1,000 one-message commits / final state", "B", "lower",
+       _checkpoints("1000", "data_mdb")),
+    _R("ckpt_disk_10k", "checkpoints", "data.mdb after 10,000 one-message commits / final state", "B",
+       "lower", _checkpoints(None, "data_mdb")),
+    _R("ckpt_reload", "checkpoints", "reload after 10,000 commits / decoding one full state record", "s",
+       "lower", _checkpoints(None, "reload_seconds")),
     _R("security_commits", "security", "durable commits/s, encrypted / plaintext", "ops/s", "higher",
        _security("rates")),
     _R("security_reopen", "security", "reopen and read every scope, encrypted / plaintext", "s", "lower",

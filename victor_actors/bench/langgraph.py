@@ -7,7 +7,9 @@ langgraph-checkpoint-lmdb). Three savers, each on its own files, all durable on 
 
 - ours: ``VictorActorsSaver.open(dir)`` (LMDB, durability "sync": fdatasync per commit, group commit);
 - SqliteSaver on a file (its setup sets WAL; ``PRAGMA synchronous`` is printed);
-- langgraph-checkpoint-lmdb's ``LMDBSaver`` (``lmdb.open(dir, max_dbs=10)``, LMDB's default sync).
+- langgraph-checkpoint-lmdb's ``LMDBSaver`` (``lmdb.open(dir, max_dbs=10)``, LMDB's default sync);
+- and, for put/s only, a bare synced LMDB transaction (``lmdb.open(dir, sync=True)``, one put of the
+  serialized checkpoint's bytes per transaction): the floor of a durable put on this disk.
 
 1. put/s: a thread of ``--puts`` checkpoints shaped like a graph's: an 8 KB document written once,
    a step counter and a list of the last five notes written every step (only changed channels are
@@ -15,7 +17,11 @@ langgraph-checkpoint-lmdb). Three savers, each on its own files, all durable on 
 2. get_tuple/s on that thread: alternately the newest checkpoint and a random earlier one;
 3. a 200-step StateGraph run (one node looping on itself, the same three channels; durability="sync"):
    wall time, then bytes on disk once the saver is closed (apparent size and allocated blocks of
-   every file the saver made).
+   every file the saver made);
+4. concurrent graphs: ``--graphs`` (50) such graphs of ``--graph-steps`` (50) steps each, one per
+   Python thread and one LangGraph thread id each, all on one saver, released together: wall time
+   (and the same on LangGraph's InMemorySaver, the floor any durable saver can reach here);
+5. one long thread: a ``--long`` (2,000)-step run of that graph, then bytes on disk.
 
 Subjects run in interleaved rounds (the order rotates every round) on a shared, noisy machine; a
 rate is all operations over all timed wall time; gc is off while timed. Files live in a temporary
@@ -34,6 +40,7 @@ import random
 import shutil
 import sqlite3
 import tempfile
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
@@ -64,6 +71,7 @@ def lg() -> SimpleNamespace:
     """LangGraph's checkpoint base and graph, the two other savers, and ours: imported on first use."""
     modules = peer_modules(
         "langgraph.checkpoint.base",
+        "langgraph.checkpoint.memory",
         "langgraph.checkpoint.sqlite",
         "langgraph.graph",
         "langgraph_checkpoint_lmdb",
@@ -71,8 +79,10 @@ def lg() -> SimpleNamespace:
     )
     if isinstance(modules, str):
         raise SystemExit(f"victor_actors.bench.langgraph: {modules}")
-    base, sqlite, graph, lmdb_saver, ours = modules
-    return SimpleNamespace(base=base, sqlite=sqlite, graph=graph, lmdb_saver=lmdb_saver, ours=ours)
+    base, memory, sqlite, graph, lmdb_saver, ours = modules
+    return SimpleNamespace(
+        base=base, memory=memory, sqlite=sqlite, graph=graph, lmdb_saver=lmdb_saver, ours=ours
+    )
 
 
 # -- the subjects ---------------------------------------------------------------------
@@ -94,6 +104,10 @@ class Subject:
     def close(self) -> None:
         raise NotImplementedError
 
+    def counters(self) -> dict[str, int]:
+        """The store's commits and transactions so far (ours only)."""
+        return {}
+
     def disk(self) -> dict[str, int]:
         size = allocated = 0
         for dirpath, _dirs, files in os.walk(self.path):
@@ -113,6 +127,10 @@ class Ours(Subject):
 
     def close(self) -> None:
         self.ours.close()
+
+    def counters(self) -> dict[str, int]:
+        store = self.ours.manager.store
+        return {"commits": store.commits, "transactions": store.transactions}
 
 
 class Sqlite(Subject):
@@ -211,21 +229,74 @@ class Loop(TypedDict):
     notes: list[str]
 
 
-def graph_run(saver: Any) -> float:
+def loop_graph(saver: Any, steps: int) -> Any:
     def work(state: Loop) -> dict[str, Any]:
         i = state["step"]
         return {"step": i + 1, "notes": [*state["notes"], f"note {i}: step {i} checked {i * 7} rows"][-5:]}
 
     end = lg().graph.END
     g = lg().graph.StateGraph(Loop).add_node("work", work).add_edge(lg().graph.START, "work")
-    g.add_conditional_edges("work", lambda s: "work" if s["step"] < STEPS else end, ["work", end])
-    graph = g.compile(checkpointer=saver)
-    config: Any = {"configurable": {"thread_id": f"run-{next(IDS)}"}, "recursion_limit": 10 * STEPS}
-    start = time.perf_counter()
+    g.add_conditional_edges("work", lambda s: "work" if s["step"] < steps else end, ["work", end])
+    return g.compile(checkpointer=saver)
+
+
+def invoke(graph: Any, steps: int, thread: str) -> None:
+    config: Any = {"configurable": {"thread_id": thread}, "recursion_limit": 10 * steps + 10}
     out = graph.invoke({"doc": DOC, "step": 0, "notes": []}, config, durability="sync")
+    assert out["step"] == steps and out["doc"] == DOC
+
+
+def graph_run(saver: Any, steps: int = STEPS) -> float:
+    graph = loop_graph(saver, steps)
+    start = time.perf_counter()
+    invoke(graph, steps, f"run-{next(IDS)}")
+    return time.perf_counter() - start
+
+
+def concurrent_run(saver: Any, graphs: int, steps: int) -> float:
+    """``graphs`` graphs of ``steps`` steps on as many Python threads, released together: wall time."""
+    graph = loop_graph(saver, steps)
+    prefix = f"conc-{next(IDS)}"
+    barrier = threading.Barrier(graphs + 1)
+    errors: list[BaseException] = []
+
+    def one(i: int) -> None:
+        barrier.wait()
+        try:
+            invoke(graph, steps, f"{prefix}-{i}")
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(graphs)]
+    for th in threads:
+        th.start()
+    barrier.wait()
+    start = time.perf_counter()
+    for th in threads:
+        th.join()
     elapsed = time.perf_counter() - start
-    assert out["step"] == STEPS and out["doc"] == DOC
+    if errors:
+        raise errors[0]
     return elapsed
+
+
+def bench_raw_lmdb(root: str, plan: list[Any], acc: Acc) -> None:
+    """The floor: one synced LMDB transaction per put of the serialized checkpoint's bytes."""
+    serde = lg().base.BaseCheckpointSaver().serde
+    values = [serde.dumps_typed(cp)[1] for cp, _meta, _new in plan]
+    path = os.path.join(root, f"raw-{next(IDS)}")
+    env = lmdb.open(path, map_size=1 << 30, sync=True, metasync=True)
+    try:
+        with no_gc():
+            start = ns()
+            for i, value in enumerate(values):
+                with env.begin(write=True) as txn:
+                    txn.put(b"%08d" % i, value)
+            acc.ns += ns() - start
+        acc.ops += len(values)
+    finally:
+        env.close()
+        shutil.rmtree(path, ignore_errors=True)
 
 
 # -- the run --------------------------------------------------------------------------
@@ -239,16 +310,28 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--puts", type=int, default=200)
     parser.add_argument("--gets", type=int, default=2000)
+    parser.add_argument("--graphs", type=int, default=50, help="concurrent graphs (one thread each)")
+    parser.add_argument("--graph-steps", type=int, default=50, help="steps of each concurrent graph")
+    parser.add_argument("--long", type=int, default=2000, help="steps of the one long thread")
     parser.add_argument("--json", help="also write the results to this file")
     parser.add_argument("--dir", help="where to put the temporary files")
     args = parser.parse_args()
     lg()  # without the bench extra: stop here, saying which package is missing
     rounds, puts, gets = (1, 50, 200) if args.quick else (args.rounds, args.puts, args.gets)
+    graphs, graph_steps, long_steps = (
+        (8, 10, 200) if args.quick else (args.graphs, args.graph_steps, args.long)
+    )
     root = tempfile.mkdtemp(prefix="bench-langgraph-", dir=args.dir)
     put = {s.name: Acc() for s in SUBJECTS}
     get = {s.name: Acc() for s in SUBJECTS}
     graph = {s.name: Acc() for s in SUBJECTS}
+    conc = {s.name: Acc() for s in SUBJECTS}
+    raw = Acc()
+    floor = Acc()  # the concurrent graphs on LangGraph's InMemorySaver: no disk, no store at all
     disk: dict[str, dict[str, int]] = {}
+    long_disk: dict[str, dict[str, int]] = {}
+    long_s: dict[str, float] = {}
+    stats: dict[str, dict[str, int]] = {}
     plan = checkpoints(puts)
     try:
         for r in range(rounds):
@@ -260,14 +343,38 @@ def main() -> int:
                     bench_get(subject.saver, configs, gets, get[kind.name], seed=r)
                 finally:
                     subject.close()
+            bench_raw_lmdb(root, plan, raw)
             for kind in order:
                 subject = kind(root)
                 try:
+                    before = subject.counters()
                     graph[kind.name].runs.append(graph_run(subject.saver))
+                    after = subject.counters()
+                    if after:
+                        stats["graph"] = {k: after[k] - before[k] for k in after}
                 finally:
                     subject.close()
                 disk[kind.name] = subject.disk()  # every round's run is the same: keep the last
+            for kind in order:
+                subject = kind(root)
+                try:
+                    before = subject.counters()
+                    conc[kind.name].runs.append(concurrent_run(subject.saver, graphs, graph_steps))
+                    after = subject.counters()
+                    if after:
+                        stats[kind.name] = {k: after[k] - before[k] for k in after}
+                finally:
+                    subject.close()
+            floor.runs.append(concurrent_run(lg().memory.InMemorySaver(), graphs, graph_steps))
             print(f"round {r + 1}/{rounds} done", flush=True)
+        for kind in SUBJECTS:  # one long thread per saver: its disk (and its time, for the record)
+            subject = kind(root)
+            try:
+                long_s[kind.name] = graph_run(subject.saver, long_steps)
+            finally:
+                subject.close()
+            long_disk[kind.name] = subject.disk()
+            shutil.rmtree(subject.path, ignore_errors=True)
         with sqlite3.connect(os.path.join(root, "probe.sqlite")) as probe:
             probe.execute("PRAGMA journal_mode=WAL")
             sync_pragma = probe.execute("PRAGMA synchronous").fetchone()[0]
@@ -280,28 +387,53 @@ def main() -> int:
         f"random earlier); graph: {STEPS}-step StateGraph run, durability='sync'; "
         f"sqlite synchronous={sync_pragma}"
     )
-    head = f"{'saver':<40}{'put/s':>9}{'get_tuple/s':>13}{'graph s':>9}{'disk KiB':>10}{'allocated KiB':>15}"
+    print(
+        f"concurrent: {graphs} graphs x {graph_steps} steps on {graphs} threads; long: one {long_steps}-step "
+        f"thread; raw LMDB: one synced transaction per put of the serialized checkpoint"
+    )
+    head = (
+        f"{'saver':<40}{'put/s':>9}{'get_tuple/s':>13}{'graph s':>9}{'disk KiB':>10}{'concurrent s':>14}"
+        f"{'long s':>8}{'long disk KiB':>15}"
+    )
     print(head)
     results: dict[str, Any] = {}
     for kind in SUBJECTS:
         n = kind.name
         run_s = sum(graph[n].runs) / len(graph[n].runs)
+        conc_s = sum(conc[n].runs) / len(conc[n].runs)
         print(
             f"{LABELS[n]:<40}{put[n].rate:>9.0f}{get[n].rate:>13.0f}{run_s:>9.2f}"
-            f"{disk[n]['size'] / 1024:>10.0f}{disk[n]['allocated'] / 1024:>15.0f}"
+            f"{disk[n]['size'] / 1024:>10.0f}{conc_s:>14.2f}{long_s[n]:>8.2f}"
+            f"{long_disk[n]['size'] / 1024:>15.0f}"
         )
         results[n] = {"put_per_s": put[n].rate, "get_tuple_per_s": get[n].rate, "graph_s": graph[n].runs}
         results[n] |= {"disk": disk[n], "put": asdict(put[n]), "get": asdict(get[n])}
+        results[n] |= {"concurrent_s": conc[n].runs, "long_s": long_s[n], "long_disk": long_disk[n]}
+    results["victor_actors"]["concurrent_store"] = stats.get("victor_actors", {})
+    results["victor_actors"]["graph_store"] = stats.get("graph", {})
+    results["memory"] = {"concurrent_s": floor.runs}
+    floor_s = sum(floor.runs) / len(floor.runs)
+    print(f"{'InMemorySaver (LangGraph, no disk)':<40}{'':>41}{floor_s:>14.2f}")
+    results["raw_lmdb"] = {"put_per_s": raw.rate, "put": asdict(raw)}
+    print(f"{'bare synced LMDB transaction':<40}{raw.rate:>9.0f}")
+    txn = stats.get("victor_actors", {})
+    if txn:
+        print(f"ours, concurrent graphs: {txn['commits']:,} commits in {txn['transactions']:,} transactions")
     print(
         "\nratios, victor_actors / other (same run; rates: higher is better; time and disk: lower is better)"
     )
+    o = results["victor_actors"]
+    print(f"  vs a bare synced LMDB transaction        put {o['put_per_s'] / raw.rate:.2f}x")
     for other in ("sqlite", "lmdb"):
-        o, t = results["victor_actors"], results[other]
+        t = results[other]
         put_x, get_x = o["put_per_s"] / t["put_per_s"], o["get_tuple_per_s"] / t["get_tuple_per_s"]
         disk_x, graph_x = o["disk"]["size"] / t["disk"]["size"], sum(o["graph_s"]) / sum(t["graph_s"])
+        conc_x = sum(o["concurrent_s"]) / sum(t["concurrent_s"])
+        long_x = o["long_disk"]["size"] / t["long_disk"]["size"]
         print(
             f"  vs {LABELS[other]:<38} put {put_x:.2f}x, get_tuple {get_x:.2f}x, "
-            f"graph time {graph_x:.2f}x, disk {disk_x:.2f}x"
+            f"graph time {graph_x:.2f}x, disk {disk_x:.2f}x, concurrent time {conc_x:.2f}x, "
+            f"long-thread disk {long_x:.2f}x"
         )
     if args.json:
         meta = {
@@ -310,6 +442,7 @@ def main() -> int:
             "machine": platform.platform(),
             "versions": {p: version_of(p) for p in PACKAGES},
             "rounds": rounds, "puts": puts, "gets": gets, "steps": STEPS, "sqlite_synchronous": sync_pragma,
+            "graphs": graphs, "graph_steps": graph_steps, "long_steps": long_steps,
         }  # fmt: skip
         with open(args.json, "w") as f:
             json.dump({"meta": meta, "results": results}, f, indent=2)
