@@ -52,6 +52,7 @@ LAYERS: list[tuple[str, list[str]]] = [
             "bench.*",
             "web.*",
             "otel.*",
+            "ray.*",
         ],
     ),
 ]
@@ -158,7 +159,7 @@ def test_the_import_graph_has_no_cycle() -> None:
 
 def test_the_runtime_core_imports_no_tooling() -> None:
     """Everything below the top layer works without the simulator, the benchmarks or the CLI."""
-    tooling = ("sim", "bench", "cli", "testing", "langgraph")
+    tooling = ("sim", "bench", "cli", "testing", "langgraph", "ray")
     graph = _graph()
     bad = [
         f"{name} imports {target}"

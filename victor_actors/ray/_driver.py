@@ -1,0 +1,896 @@
+"""The driver side: :class:`RayStateManager` and its scope handles, the coalescing lanes, 2PC.
+
+Every request goes to its shard through that shard's *lane*, a coroutine on
+the driver's private event loop (thread ``victor-actors-ray-driver``). A
+lane keeps at most :data:`IN_FLIGHT` Ray calls outstanding; requests that
+arrive meanwhile wait and leave together in the next call (up to
+:data:`MAX_OPS`). A lone caller pays one call per request; a thousand
+callers share a call per few hundred microseconds. That is where the
+throughput comes from, not from more actors.
+
+A call whose shard went away (killed, restarting, its node gone) is sent
+again once the shard is back, each write marked as a retry so the shard
+applies it at most once (by batch id); when the request's deadline passes
+first, it fails with :class:`ShardUnavailableError`, which says whether it
+may have been applied.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextvars
+import hashlib
+import os
+import threading
+import time
+import uuid
+from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+from victor_actors._errors import (
+    DeadlineExceededError,
+    RuntimeClosedError,
+    ScopeAccessError,
+    ScopeFailedError,
+    VictorActorsError,
+)
+from victor_actors._handle import _transitions
+from victor_actors._model import GLOBAL_REF, ScopeRef, StateScope, StateTransition, TransitionBatch
+from victor_actors._state import ContextSnapshot, StateChanged
+from victor_actors.ray import _wire as w
+from victor_actors.ray._placement import HOME, Address, ref_of, shard_for
+from victor_actors.ray._shard import Shard, shard_name
+from victor_actors.ray._wire import ShardUnavailableError
+
+T = TypeVar("T")
+
+__all__ = ["RayRun", "RayScopeHandle", "RayStateManager", "RaySubscription"]
+
+IN_FLIGHT = 2  # Ray calls outstanding per shard
+MAX_OPS = 1000  # operations per call
+RETRY_PAUSE = 0.2  # seconds between attempts to reach a shard that went away
+_WRITES = frozenset({"apply", "commit", "restore", "checkpoint"})
+_PROTOCOL = frozenset({"prepare", "commit", "abort", "status"})
+_CURRENT_RUN: contextvars.ContextVar[RayRun | None] = contextvars.ContextVar(
+    "victor_actors_ray_run", default=None
+)
+
+
+def _ray() -> Any:
+    import ray
+
+    return ray
+
+
+def _unreachable_types() -> tuple[type[BaseException], ...]:
+    ex = _ray().exceptions
+    return tuple(
+        getattr(ex, n) for n in ("RayActorError", "ActorUnavailableError", "ActorDiedError") if hasattr(ex, n)
+    )
+
+
+class _Item:
+    __slots__ = ("attempts", "deadline", "future", "op", "sent")
+
+    def __init__(self, op: dict[str, Any], deadline: float, future: asyncio.Future[Any]) -> None:
+        self.op = op
+        self.deadline = deadline
+        self.future = future
+        self.attempts = 0
+        self.sent = False
+
+
+class _Lane:
+    """One shard's queue and its outstanding calls (runs on the driver loop)."""
+
+    def __init__(self, manager: RayStateManager, index: int, actor: Any) -> None:
+        self.manager = manager
+        self.index = index
+        self.actor = actor
+        self.queue: list[_Item] = []
+        self.inflight = 0
+        self.calls = 0
+
+    def submit(self, item: _Item) -> None:
+        if item.op["k"] in _PROTOCOL:
+            # a protocol step may wait at the shard for a hold: it never takes a lane's slot, or a
+            # commit stuck behind prepares waiting for its own hold would wait for the hold to expire
+            self.manager._loop.create_task(self._send([item], counted=False))
+            return
+        self.queue.append(item)
+        self._pump()
+
+    def _pump(self) -> None:
+        loop = self.manager._loop
+        while self.queue and self.inflight < IN_FLIGHT:
+            batch, self.queue = self.queue[:MAX_OPS], self.queue[MAX_OPS:]
+            self.inflight += 1
+            loop.create_task(self._send(batch))
+
+    async def _send(self, batch: list[_Item], counted: bool = True) -> None:
+        try:
+            for item in batch:
+                item.attempts += 1
+                item.sent = True
+            payload = w.encode({"ops": tuple(i.op for i in batch)})
+            self.calls += 1
+            try:
+                raw = await self.actor.call.remote(payload)
+            except self.manager._unreachable as exc:
+                self._retry(batch, exc)
+                return
+            except Exception as exc:
+                for item in batch:
+                    if not item.future.done():
+                        item.future.set_exception(
+                            ScopeFailedError(
+                                f"shard {self.index} failed the call: {type(exc).__name__}: {exc}"
+                            )
+                        )
+                return
+            reply = w.decode(raw)
+            if "e" in reply:
+                err = w.error_from(reply["e"], self.index)
+                for item in batch:
+                    if not item.future.done():
+                        item.future.set_exception(err)
+                return
+            for item, (ok, value) in zip(batch, reply["r"], strict=True):
+                if item.future.done():
+                    continue
+                if ok:
+                    item.future.set_result(value)
+                else:
+                    item.future.set_exception(w.error_from(value, self.index))
+        finally:
+            if counted:
+                self.inflight -= 1
+                self._pump()
+
+    def _retry(self, batch: list[_Item], exc: BaseException) -> None:
+        loop = self.manager._loop
+        now = time.monotonic()
+        again = []
+        for item in batch:
+            if item.future.done():
+                continue
+            if now + RETRY_PAUSE >= item.deadline or self.manager.closed:
+                write = item.op["k"] in _WRITES
+                item.future.set_exception(
+                    ShardUnavailableError(
+                        f"shard {self.index} could not be reached before the request's deadline "
+                        f"({type(exc).__name__}); "
+                        + (
+                            "the request may have been applied (retry it: retries apply at most once)"
+                            if write
+                            else "it was a read; nothing was applied"
+                        ),
+                        shard=self.index,
+                        may_have_applied=write,
+                    )
+                )
+                continue
+            if item.op["k"] == "apply":
+                item.op["rt"] = True  # the first attempt's outcome is unknown: look it up first
+            again.append(item)
+        self.manager.counters["retries"] += len(again)
+        if again:
+
+            def resend() -> None:
+                for i in again:
+                    self.submit(i)
+
+            loop.call_later(RETRY_PAUSE, resend)
+
+
+class RaySubscription:
+    """A driver-side subscription to one scope's commits; ``close()`` ends it."""
+
+    def __init__(self, manager: RayStateManager, ref: ScopeRef, shard: int, callback: Callable[..., object]):
+        self.ref = ref
+        self.shard = shard
+        self._callback = callback
+        self._manager = manager
+        self.closed = False
+        self.delivered = 0  # the last version delivered
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self._manager._unsubscribe(self)
+
+
+class RayRun:
+    """What ``with manager.run(...)`` yields: the run's id, its commits, and whether it rolled back."""
+
+    def __init__(self, session_id: str, timeout: float) -> None:
+        self.id = uuid.uuid4().hex
+        self.session_id = session_id
+        self.timeout = timeout
+        self.deadline = time.monotonic() + timeout
+        self.first_versions: dict[ScopeRef, tuple[RayScopeHandle, int]] = {}
+        self.commits: list[StateChanged] = []
+        self.rolled_back = False
+
+    def _record(self, handle: RayScopeHandle, record: StateChanged) -> None:
+        for rec in (record, *record.related):
+            if rec.committed:
+                self.commits.append(rec)
+                if rec.ref not in self.first_versions:
+                    h = handle if rec.ref == handle.ref else handle._manager._known_handle(rec.ref)
+                    self.first_versions[rec.ref] = (h, rec.old_version)
+
+
+class RayScopeHandle:
+    """One scope on a shard, seen from the driver: the local handle's API over Ray calls."""
+
+    def __init__(self, manager: RayStateManager, address: Address) -> None:
+        self._manager = manager
+        self.address = address
+        self.ref = ref_of(address)
+        self.shard = shard_for(address, manager.shards)
+
+    def __repr__(self) -> str:
+        return f"<RayScopeHandle {self.ref} on shard {self.shard}>"
+
+    # -- reads ------------------------------------------------------------------
+
+    def snapshot(self, *, timeout: float | None = None) -> ContextSnapshot:
+        """This scope's snapshot with its ancestors (global read through the shard's mirror)."""
+        return self._manager._sync(self.asnapshot(timeout=timeout))
+
+    async def asnapshot(self, *, timeout: float | None = None) -> ContextSnapshot:
+        m = self._manager
+        op = {"k": "snapshot", "a": self.address, "g": m._global_seen if self.shard != HOME else -1}
+        snap = w.snapshot_from(await m._ask(self.shard, op, timeout))
+        m._saw(snap.versions().get(GLOBAL_REF))
+        return snap
+
+    @property
+    def version(self) -> int:
+        return self.snapshot().version
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.snapshot().get_state(key, default)
+
+    async def aget(self, key: str, default: Any = None) -> Any:
+        return (await self.asnapshot()).get_state(key, default)
+
+    # -- writes -----------------------------------------------------------------
+
+    def apply(
+        self, batch: Any, *, expected_version: Any = None, timeout: float | None = None
+    ) -> StateChanged:
+        """Apply a batch all or nothing, across shards when it writes the global scope from elsewhere.
+
+        Raises: as ``ScopeHandle.apply``, and ``ShardUnavailableError`` when a
+        shard could not be reached (it says whether the batch may have been applied).
+        """
+        return self._manager._sync(self.aapply(batch, expected_version=expected_version, timeout=timeout))
+
+    async def aapply(
+        self, batch: Any, *, expected_version: Any = None, timeout: float | None = None
+    ) -> StateChanged:
+        m = self._manager
+        steps = _transitions(batch)
+        run = _CURRENT_RUN.get()
+        record = await m._apply(self, steps, expected_version, timeout)
+        if run is not None:
+            run._record(self, record)
+        return record
+
+    def update(self, values: Mapping[str, Any], *, timeout: float | None = None) -> StateChanged:
+        return self.apply(_update(values), timeout=timeout)
+
+    async def aupdate(self, values: Mapping[str, Any], *, timeout: float | None = None) -> StateChanged:
+        return await self.aapply(_update(values), timeout=timeout)
+
+    def set(self, key: str, value: Any, *, timeout: float | None = None) -> StateChanged:
+        return self.apply(TransitionBatch().update_state(key, value), timeout=timeout)
+
+    async def aset(self, key: str, value: Any, *, timeout: float | None = None) -> StateChanged:
+        return await self.aapply(TransitionBatch().update_state(key, value), timeout=timeout)
+
+    def delete(self, key: str, *, timeout: float | None = None) -> StateChanged:
+        return self.apply(TransitionBatch().delete_state(key), timeout=timeout)
+
+    async def adelete(self, key: str, *, timeout: float | None = None) -> StateChanged:
+        return await self.aapply(TransitionBatch().delete_state(key), timeout=timeout)
+
+    def add_message(self, message: Any, *, timeout: float | None = None) -> StateChanged:
+        return self.apply(TransitionBatch().add_message(message), timeout=timeout)
+
+    async def aadd_message(self, message: Any, *, timeout: float | None = None) -> StateChanged:
+        return await self.aapply(TransitionBatch().add_message(message), timeout=timeout)
+
+    # -- events -----------------------------------------------------------------
+
+    def subscribe(self, callback: Callable[[StateChanged], object]) -> RaySubscription:
+        """Call ``callback(event)`` on the driver after every later commit of this scope, in order.
+
+        Events come from the shard's log by version, so a shard restart
+        loses none and doubles none: delivery resumes after the last version
+        delivered. Callbacks run on the driver's delivery thread.
+        """
+        if not callable(callback):
+            raise TypeError("subscribe takes a callable")
+        return self._manager._subscribe(self, callback)
+
+
+def _update(values: Mapping[str, Any]) -> TransitionBatch:
+    if not isinstance(values, Mapping):
+        raise TypeError("update takes a mapping of keys to values")
+    batch = TransitionBatch()
+    for key, value in values.items():
+        batch.update_state(key, value)
+    return batch
+
+
+def _is_global(t: StateTransition) -> bool:
+    return t.data.get("scope") in (StateScope.GLOBAL.value, str(GLOBAL_REF))
+
+
+class RayStateManager:
+    """Scopes sharded over a Ray cluster, with the local manager's API and guarantees.
+
+    ``RayStateManager.open(path, shards=2)`` starts ``shards`` shard actors
+    (Ray actors, one process each), each with its own store under
+    ``path/shard-<n>/``. It calls ``ray.init()`` when Ray is not initialised
+    (and then shuts Ray down on close). It is also a context manager.
+    """
+
+    def __init__(
+        self, path: str | None, shards: int, actors: list[Any], owns_ray: bool, request_timeout: float
+    ):
+        self.path = path
+        self.shards = shards
+        self._actors = actors
+        self._owns_ray = owns_ray
+        self.request_timeout = request_timeout
+        self.closed = False
+        self.counters: dict[str, int] = {"retries": 0, "cross_shard": 0, "cross_shard_aborted": 0}
+        self._unreachable = _unreachable_types()
+        self._global_seen = 0
+        self._addresses: dict[ScopeRef, Address] = {GLOBAL_REF: ("global", "global", None, None)}
+        self._subs: dict[int, list[RaySubscription]] = {}
+        self._events: list[tuple[RaySubscription, StateChanged]] = []
+        self._events_cv = threading.Condition()
+        self._loop = asyncio.new_event_loop()
+        started = threading.Event()
+        self._thread = threading.Thread(
+            target=self._run_loop, args=(started,), name="victor-actors-ray-driver", daemon=True
+        )
+        self._thread.start()
+        started.wait()
+        self._lanes = [_Lane(self, n, a) for n, a in enumerate(actors)]
+        self._pollers: dict[int, concurrent.futures.Future[None]] = {}
+        self._delivery = threading.Thread(target=self._deliver, name="victor-actors-ray-events", daemon=True)
+        self._delivery.start()
+
+    @classmethod
+    def open(
+        cls,
+        path: str | os.PathLike[str] | None,
+        shards: int = 2,
+        *,
+        durability: str = "sync",
+        request_timeout: float = 30.0,
+        hold_timeout: float = 30.0,
+        max_restarts: int = -1,
+        shard_options: Mapping[int, Mapping[str, Any]] | None = None,
+        **options: Any,
+    ) -> RayStateManager:
+        """Start (or reconnect to the stores of) ``shards`` shards under ``path``.
+
+        ``options`` go to each shard's local ``StateManager.open``.
+        ``shard_options`` gives Ray actor options per shard (for example a
+        scheduling strategy placing a shard on a node).
+
+        Raises:
+            ValueError: ``shards`` is not a positive int.
+        """
+        if isinstance(shards, bool) or not isinstance(shards, int) or shards < 1:
+            raise ValueError(f"shards must be a positive int, not {shards!r}")
+        ray = _ray()
+        owns = not ray.is_initialized()
+        if owns:
+            ray.init(num_cpus=max(2, shards), include_dashboard=False, log_to_driver=False)
+        root: str | None
+        if path is None:  # in memory: every shard without a store (nothing survives a restart)
+            root = None
+            token = uuid.uuid4().hex[:12]
+        else:
+            root = os.path.abspath(os.fspath(path))
+            os.makedirs(root, exist_ok=True)
+            token = hashlib.blake2b(root.encode(), digest_size=6).hexdigest()
+        local = {
+            "durability": durability,
+            "request_timeout": request_timeout,
+            **options,
+            "hold_timeout": hold_timeout,
+        }
+        if root is None:
+            local.pop("durability")
+        remote = ray.remote(Shard)
+        actors = []
+        for n in range(shards):
+            extra = dict((shard_options or {}).get(n, {}))
+            actors.append(
+                remote.options(
+                    name=shard_name(token, n),
+                    namespace="victor_actors",
+                    max_restarts=max_restarts,
+                    max_task_retries=0,
+                    num_cpus=0,
+                    max_concurrency=1000,
+                    **extra,
+                ).remote(root, n, shards, token, local)
+            )
+        ray.get([a.ping.remote() for a in actors])
+        return cls(root, shards, actors, owns, request_timeout)
+
+    def __enter__(self) -> RayStateManager:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _run_loop(self, started: threading.Event) -> None:
+        asyncio.set_event_loop(self._loop)
+        self._loop.call_soon(started.set)
+        self._loop.run_forever()
+
+    # -- plumbing ---------------------------------------------------------------
+
+    def _sync(self, coro: Coroutine[Any, Any, T]) -> T:
+        if threading.current_thread() is self._thread:
+            raise RuntimeError("a RayStateManager's sync methods cannot run on its own driver loop")
+        return asyncio.run_coroutine_threadsafe(self._guard(coro), self._loop).result()
+
+    async def _guard(self, coro: Coroutine[Any, Any, T]) -> T:
+        return await coro
+
+    async def _on_loop(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run ``coro`` on the driver loop, from whatever loop the caller is on."""
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is self._loop:
+            return await coro
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(self._guard(coro), self._loop))
+
+    async def _ask(self, shard: int, op: dict[str, Any], timeout: float | None) -> Any:
+        if self.closed:
+            raise RuntimeClosedError("the RayStateManager was closed; nothing was applied")
+        wait = self.request_timeout if timeout is None else timeout
+        return await self._on_loop(self._ask_here(shard, op, wait))
+
+    async def _ask_here(self, shard: int, op: dict[str, Any], wait: float) -> Any:
+        future: asyncio.Future[Any] = self._loop.create_future()
+        op.setdefault("to", wait)
+        self._lanes[shard].submit(_Item(op, time.monotonic() + wait, future))
+        try:
+            return await asyncio.wait_for(future, wait + RETRY_PAUSE * 2)
+        except TimeoutError:
+            raise DeadlineExceededError(
+                f"shard {shard} did not answer within {wait:g} s; a write may still be applied"
+            ) from None
+
+    def _saw(self, global_version: int | None) -> None:
+        if global_version is not None and global_version > self._global_seen:
+            self._global_seen = global_version
+
+    def _known_handle(self, ref: ScopeRef) -> RayScopeHandle:
+        address = self._addresses.get(ref)
+        if address is None:
+            raise ScopeAccessError(f"{ref} is unknown to this manager; open it with get_*_state first")
+        return RayScopeHandle(self, address)
+
+    def _handle(self, address: Address) -> RayScopeHandle:
+        if self.closed:
+            raise RuntimeClosedError("the RayStateManager was closed")
+        h = RayScopeHandle(self, address)
+        self._addresses[h.ref] = address
+        _level, _, wf, team = address
+        if team is not None:
+            self._addresses.setdefault(ScopeRef(StateScope.TEAM, team), ("team", team, None, None))
+        if wf is not None:
+            self._addresses.setdefault(ScopeRef(StateScope.WORKFLOW, wf), ("workflow", wf, None, team))
+        return h
+
+    def _expected_pairs(self, handle: RayScopeHandle, expected: Any) -> Any:
+        """``expected_version`` in its wire form: an int, None, or (ref, version) pairs."""
+        if expected is None or (isinstance(expected, int) and not isinstance(expected, bool)):
+            return expected
+        if not isinstance(expected, Mapping):
+            raise TypeError("expected_version is an int, None, or a mapping of scope to version")
+        _, _ident, wf, team = handle.address
+        levels = {StateScope.GLOBAL.value: GLOBAL_REF, handle.ref.scope.value: handle.ref}
+        if team is not None:
+            levels[StateScope.TEAM.value] = ScopeRef(StateScope.TEAM, team)
+        if wf is not None:
+            levels[StateScope.WORKFLOW.value] = ScopeRef(StateScope.WORKFLOW, wf)
+        out = []
+        for key, version in expected.items():
+            if isinstance(key, ScopeRef):
+                ref = key
+            elif isinstance(key, str) and key in levels:
+                ref = levels[key]
+            elif isinstance(key, str):
+                ref = ScopeRef.parse(key)
+            else:
+                raise TypeError(f"expected_version keys are ScopeRef or str, not {type(key).__name__}")
+            out.append((str(ref), version))
+        return tuple(out)
+
+    # -- writes -------------------------------------------------------------------
+
+    async def _apply(
+        self, handle: RayScopeHandle, steps: tuple[StateTransition, ...], expected: Any, timeout: float | None
+    ) -> StateChanged:
+        pairs = self._expected_pairs(handle, expected)
+        glob = [t for t in steps if _is_global(t)]
+        if handle.shard == HOME or not glob:
+            op = {
+                "k": "apply",
+                "a": handle.address,
+                "t": w.transitions_to(steps),
+                "x": pairs,
+                "b": uuid.uuid4().hex,
+            }
+            record = w.record_from(await self._ask(handle.shard, op, timeout))
+            self._saw_record(record)
+            return record
+        rest = tuple(t for t in steps if not _is_global(t))
+        return await self._on_loop(self._across(handle, rest, tuple(glob), pairs, timeout))
+
+    def _saw_record(self, record: StateChanged) -> None:
+        for rec in (record, *record.related):
+            if rec.ref == GLOBAL_REF:
+                self._saw(rec.new_version)
+
+    async def _across(
+        self,
+        handle: RayScopeHandle,
+        rest: tuple[StateTransition, ...],
+        glob: tuple[StateTransition, ...],
+        pairs: Any,
+        timeout: float | None,
+    ) -> StateChanged:
+        """Two-phase commit: global's home first (the lock order), then the part; home decides."""
+        wait = self.request_timeout if timeout is None else timeout
+        txid = uuid.uuid4().hex
+        gx: Any = None
+        px: Any = pairs
+        if isinstance(pairs, tuple):
+            gx = tuple(p for p in pairs if p[0] == str(GLOBAL_REF))
+            px = tuple(p for p in pairs if p[0] != str(GLOBAL_REF))
+        self.counters["cross_shard"] += 1
+        gsteps = w.transitions_to(t for t in glob)
+        home_op = {
+            "k": "prepare",
+            "id": txid,
+            "role": "global",
+            "a": self._addresses[GLOBAL_REF],
+            "t": gsteps,
+            "x": gx,
+        }
+        vote = await self._ask_here(HOME, home_op, wait)
+        gv = dict(vote["v"])[str(GLOBAL_REF)] + 1
+        part_op = {
+            "k": "prepare",
+            "id": txid,
+            "role": "part",
+            "a": handle.address,
+            "t": w.transitions_to(rest),
+            "x": px,
+            "home": HOME,
+            "gv": gv,
+        }
+        try:
+            pvote = await self._ask_here(handle.shard, part_op, wait)
+        except BaseException:
+            self.counters["cross_shard_aborted"] += 1
+            await self._quiet(HOME, {"k": "abort", "id": txid}, wait)
+            await self._quiet(handle.shard, {"k": "abort", "id": txid}, wait)
+            raise
+        refs = tuple(r for r, _ in pvote["v"])
+        try:
+            home_commit = {"k": "commit", "id": txid, "refs": (str(GLOBAL_REF),)}
+            done: Any = await self._ask_here(HOME, home_commit, wait)
+        except ShardUnavailableError:
+            outcome = await self._outcome(txid, gv, wait)
+            if outcome != "committed":
+                await self._quiet(handle.shard, {"k": "abort", "id": txid}, wait)
+                raise ShardUnavailableError(
+                    f"shard {HOME} (the global scope's home) went away during a cross-shard commit; "
+                    + (
+                        "it was aborted, nothing was applied"
+                        if outcome == "aborted"
+                        else "its outcome is unknown: it may have been applied"
+                    ),
+                    shard=HOME,
+                    may_have_applied=outcome != "aborted",
+                ) from None
+            done = None
+        except VictorActorsError:  # home refused: the hold expired, so home aborted
+            self.counters["cross_shard_aborted"] += 1
+            await self._quiet(handle.shard, {"k": "abort", "id": txid}, wait)
+            raise
+        commit_op: dict[str, Any] = {"k": "commit", "id": txid, "refs": refs}
+        if done is not None and "m" in done:
+            commit_op["m"] = done["m"]
+        out = await self._ask_here(handle.shard, commit_op, wait)
+        record = w.record_from(out["r"])
+        if done is not None:
+            grec = w.record_from(done["r"])
+            self._saw(grec.new_version)
+            involved = (grec.ref, *(record.involved or (record.ref,)))
+            record = _with_related(record, grec, involved)
+        return record
+
+    async def _outcome(self, txid: str, gv: int, wait: float) -> str:
+        end = time.monotonic() + wait
+        while time.monotonic() < end:
+            try:
+                outcome = await self._ask_here(
+                    HOME, {"k": "status", "id": txid, "gv": gv}, max(end - time.monotonic(), 0.1)
+                )
+                return str(outcome)
+            except ShardUnavailableError:
+                await asyncio.sleep(RETRY_PAUSE)
+        return "unknown"
+
+    async def _quiet(self, shard: int, op: dict[str, Any], wait: float) -> None:
+        try:
+            await self._ask_here(shard, op, wait)
+        except VictorActorsError:
+            pass  # a part left prepared resolves itself through home (presumed abort)
+
+    def apply_many(
+        self, items: Iterable[tuple[RayScopeHandle, Any]], *, timeout: float | None = None
+    ) -> list[StateChanged | VictorActorsError]:
+        """Apply many batches at once (one Ray call per shard per few hundred); one result each.
+
+        A batch that failed has its error in its place, like
+        ``asyncio.gather(..., return_exceptions=True)``.
+        """
+        return self._sync(self.aapply_many(items, timeout=timeout))
+
+    async def aapply_many(
+        self, items: Iterable[tuple[RayScopeHandle, Any]], *, timeout: float | None = None
+    ) -> list[StateChanged | VictorActorsError]:
+        pairs = list(items)
+        for h, _ in pairs:
+            if not isinstance(h, RayScopeHandle):
+                raise TypeError("apply_many takes (RayScopeHandle, batch) pairs")
+        results = await asyncio.gather(
+            *(h.aapply(b, timeout=timeout) for h, b in pairs), return_exceptions=True
+        )
+        out: list[StateChanged | VictorActorsError] = []
+        for r in results:
+            if isinstance(r, BaseException) and not isinstance(r, VictorActorsError):
+                raise r
+            out.append(r)
+        return out
+
+    # -- scopes -------------------------------------------------------------------
+
+    def get_global_state(self) -> RayScopeHandle:
+        return self._handle(("global", "global", None, None))
+
+    def get_team_state(self, team_id: str) -> RayScopeHandle:
+        return self._handle(("team", _id(team_id), None, None))
+
+    def get_workflow_state(self, workflow_id: str, team_id: str | None = None) -> RayScopeHandle:
+        return self._handle(("workflow", _id(workflow_id), None, _opt_id(team_id)))
+
+    def get_conversation_state(
+        self, session_id: str, workflow_id: str | None = None, team_id: str | None = None
+    ) -> RayScopeHandle:
+        return self._handle(("conversation", _id(session_id), _opt_id(workflow_id), _opt_id(team_id)))
+
+    def shard_of(self, ref: ScopeRef | str | RayScopeHandle) -> int:
+        """The shard hosting ``ref`` (a scope this manager opened, or the global scope)."""
+        if isinstance(ref, RayScopeHandle):
+            return ref.shard
+        r = ScopeRef.parse(ref) if isinstance(ref, str) else ref
+        return self._known_handle(r).shard
+
+    def shard_actor(self, n: int) -> Any:
+        """Shard ``n``'s Ray actor handle (for operations and fault tests)."""
+        return self._actors[n]
+
+    def _handle_for(self, ref: ScopeRef | str | RayScopeHandle) -> RayScopeHandle:
+        if isinstance(ref, RayScopeHandle):
+            return ref
+        return self._known_handle(ScopeRef.parse(ref) if isinstance(ref, str) else ref)
+
+    # -- checkpoints, stats ----------------------------------------------------------
+
+    def save_checkpoint(self, ref: ScopeRef | str | RayScopeHandle, *, label: str | None = None) -> str:
+        h = self._handle_for(ref)
+        return str(self._sync(self._ask(h.shard, {"k": "checkpoint", "a": h.address, "label": label}, None)))
+
+    def list_checkpoints(self, ref: ScopeRef | str | RayScopeHandle) -> list[tuple[str, int]]:
+        h = self._handle_for(ref)
+        return [tuple(c) for c in self._sync(self._ask(h.shard, {"k": "checkpoints", "a": h.address}, None))]
+
+    def restore(self, ref: ScopeRef | str | RayScopeHandle, checkpoint: str | int) -> StateChanged:
+        """Return the scope to a checkpoint (by id) or a version, as a new commit."""
+        h = self._handle_for(ref)
+        return w.record_from(
+            self._sync(self._ask(h.shard, {"k": "restore", "a": h.address, "c": checkpoint}, None))
+        )
+
+    def stats(self) -> dict[str, int]:
+        """Every shard's counters summed, ``shards``, and the driver's own (retries, cross-shard commits)."""
+        per = self.shard_stats()
+        out: dict[str, int] = {}
+        for s in per:
+            for k, v in s.items():
+                if isinstance(v, int):
+                    out[k] = out.get(k, 0) + v
+        out["shards"] = self.shards
+        out.update({f"driver_{k}": v for k, v in self.counters.items()})
+        out["driver_calls"] = sum(lane.calls for lane in self._lanes)
+        return out
+
+    def settle(self, timeout: float = 60.0) -> None:
+        """Wait until every shard answers and holds no prepared or in-doubt part (after faults).
+
+        Raises:
+            DeadlineExceededError: some shard was still away or holding at the deadline.
+        """
+        end = time.monotonic() + timeout
+        while True:
+            try:
+                per = self.shard_stats()
+                if all(s.get("shard_held", 0) == 0 and s.get("shard_in_doubt", 0) == 0 for s in per):
+                    return
+            except ShardUnavailableError:
+                pass
+            if time.monotonic() > end:
+                raise DeadlineExceededError(f"the shards did not settle within {timeout:g} s")
+            time.sleep(0.05)  # polling a condition across processes; nothing is ordered by it
+
+    def shard_stats(self) -> list[dict[str, int]]:
+        return [self._sync(self._ask(n, {"k": "stats"}, None)) for n in range(self.shards)]
+
+    # -- runs ------------------------------------------------------------------------
+
+    @contextmanager
+    def run(self, session_id: str, timeout: float = 30.0) -> Iterator[RayRun]:
+        """A run: if the body raises (or outlives ``timeout``), every scope it committed in is restored.
+
+        Each touched scope, on whatever shard, returns to its version before
+        the run's first commit there, as a new commit (history is kept).
+        """
+        run = RayRun(_id(session_id), timeout)
+        token = _CURRENT_RUN.set(run)
+        try:
+            yield run
+        except BaseException:
+            self._roll_back(run)
+            raise
+        finally:
+            _CURRENT_RUN.reset(token)
+        if time.monotonic() > run.deadline:
+            self._roll_back(run)
+            raise DeadlineExceededError(
+                f"run {run.id} outlived its {timeout:g} s timeout; it was rolled back"
+            )
+
+    def _roll_back(self, run: RayRun) -> None:
+        for _ref, (handle, version) in reversed(list(run.first_versions.items())):
+            self.restore(handle, version)
+        run.rolled_back = True
+
+    # -- events ------------------------------------------------------------------------
+
+    def _subscribe(self, handle: RayScopeHandle, callback: Callable[..., object]) -> RaySubscription:
+        sub = RaySubscription(self, handle.ref, handle.shard, callback)
+        sub.delivered = handle.version
+        self._subs.setdefault(handle.shard, []).append(sub)
+        if handle.shard not in self._pollers:
+            self._pollers[handle.shard] = asyncio.run_coroutine_threadsafe(
+                self._poll(handle.shard), self._loop
+            )
+        return sub
+
+    def _unsubscribe(self, sub: RaySubscription) -> None:
+        subs = self._subs.get(sub.shard, [])
+        if sub in subs:
+            subs.remove(sub)
+
+    async def _poll(self, shard: int) -> None:
+        actor = self._actors[shard]
+        while not self.closed:
+            subs = [s for s in self._subs.get(shard, []) if not s.closed]
+            if not subs:
+                await asyncio.sleep(0.05)
+                continue
+            after: dict[str, int] = {}
+            for s in subs:
+                key = str(s.ref)
+                after[key] = min(after.get(key, s.delivered), s.delivered)
+            payload = w.encode({"ops": ({"k": "poll", "w": tuple(after.items()), "wait": 0.5},)})
+            try:
+                raw = await actor.call.remote(payload)
+                ok, events = w.decode(raw)["r"][0]
+            except Exception:
+                await asyncio.sleep(RETRY_PAUSE)
+                continue
+            if not ok:
+                await asyncio.sleep(RETRY_PAUSE)
+                continue
+            out = []
+            for payload_event in events:
+                record = w.record_from(payload_event)
+                for s in subs:
+                    if s.ref == record.ref and record.new_version > s.delivered and not s.closed:
+                        s.delivered = record.new_version
+                        out.append((s, record))
+            if out:
+                with self._events_cv:
+                    self._events.extend(out)
+                    self._events_cv.notify()
+
+    def _deliver(self) -> None:
+        while True:
+            with self._events_cv:
+                while not self._events and not self.closed:
+                    self._events_cv.wait()
+                if self.closed and not self._events:
+                    return
+                batch, self._events = self._events, []
+            for sub, record in batch:
+                if not sub.closed:
+                    try:
+                        sub._callback(record)
+                    except Exception:
+                        pass
+
+    # -- closing ------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Flush and stop every shard; shut Ray down if this manager started it. Idempotent."""
+        if self.closed:
+            return
+        ray = _ray()
+        try:
+            ray.get([a.close.remote() for a in self._actors], timeout=30)
+        except Exception:
+            pass
+        self.closed = True
+        for a in self._actors:
+            try:
+                ray.kill(a, no_restart=True)
+            except Exception:
+                pass
+        with self._events_cv:
+            self._events_cv.notify_all()
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=5)
+        if self._owns_ray:
+            ray.shutdown()
+
+
+def _with_related(record: StateChanged, other: StateChanged, involved: Sequence[ScopeRef]) -> StateChanged:
+    import attrs
+
+    return attrs.evolve(record, related=(*record.related, other), involved=tuple(dict.fromkeys(involved)))
+
+
+def _id(value: Any) -> str:
+    if not isinstance(value, str) or not value:
+        raise ScopeAccessError(f"a scope id must be a non-empty str, not {value!r}; nothing was created")
+    ScopeRef(StateScope.TEAM, value)  # the same checks as a local id (length, text)
+    return value
+
+
+def _opt_id(value: Any) -> str | None:
+    return None if value is None else _id(value)

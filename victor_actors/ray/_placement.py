@@ -1,0 +1,59 @@
+"""Which shard a scope lives on: a consistent hash of its placement key.
+
+A team and everything under it share the team's shard; a workflow directly
+under global, and its conversations, share the workflow's; a conversation
+directly under global is placed by its own id; the global scope lives on
+shard 0 (its *home*). So the common batch (a conversation with its
+workflow and team) never leaves its shard, and only writes to the global
+scope cross shards.
+
+The hash is rendezvous (highest random weight) hashing over blake2b: adding
+a shard moves only the keys the new shard wins, about 1/(n+1) of them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+from victor_actors._model import ScopeRef, StateScope
+
+__all__ = ["HOME", "Address", "placement_key", "shard_for"]
+
+HOME = 0  # the global scope's shard
+
+# (level, id, workflow_id, team_id): everything a shard needs to open the scope with its parents
+Address = tuple[str, str, "str | None", "str | None"]
+
+
+def placement_key(address: Address) -> str:
+    """The key a scope is placed by (see the module docstring)."""
+    level, ident, workflow_id, team_id = address
+    if level == StateScope.GLOBAL.value:
+        return "global"
+    if team_id is not None:
+        return f"team:{team_id}"
+    if level == StateScope.TEAM.value:
+        return f"team:{ident}"
+    if workflow_id is not None:
+        return f"workflow:{workflow_id}"
+    return f"{level}:{ident}"
+
+
+def shard_for(address: Address, shards: int) -> int:
+    """The shard (0 .. shards-1) that hosts the scope at ``address``."""
+    key = placement_key(address)
+    if key == "global" or shards == 1:
+        return HOME
+    data = key.encode("utf-8")
+    best, best_weight = 0, -1
+    for n in range(shards):
+        weight = int.from_bytes(
+            hashlib.blake2b(data, digest_size=8, key=n.to_bytes(8, "big")).digest(), "big"
+        )
+        if weight > best_weight:
+            best, best_weight = n, weight
+    return best
+
+
+def ref_of(address: Address) -> ScopeRef:
+    return ScopeRef(StateScope.coerce(address[0]), address[1])
