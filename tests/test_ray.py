@@ -166,7 +166,9 @@ def test_garbage_sent_to_a_shard_is_refused_and_changes_nothing(manager: RayStat
     for raw in (b"", b"not a frame", b"VA\x00\x00\x01" + b"\x00" * 20):
         reply = _wire.decode(ray.get(actor.call.remote(raw)))
         assert reply["e"]["e"] == "ScopeFailedError"
-    bad_ops = _wire.encode({"ops": ({"k": "apply", "a": ("conversation", 5, None, None), "t": ()}, {"k": "nope"})})
+    bad_ops = _wire.encode(
+        {"ops": ({"k": "apply", "a": ("conversation", 5, None, None), "t": ()}, {"k": "nope"})}
+    )
     results = _wire.decode(ray.get(actor.call.remote(bad_ops)))["r"]
     assert [ok for ok, _ in results] == [False, False]
     assert conv.version == 1 and conv.get("k") == 1
@@ -216,7 +218,7 @@ def test_concurrent_cross_shard_batches_lose_no_update_threads(manager: RayState
     def work(c: Any) -> None:
         try:
             _bump_global(c, f"hello from {c.ref.id}")
-        except BaseException as exc:  # noqa: BLE001 - collected and asserted below
+        except BaseException as exc:
             errors.append(exc)
 
     threads = [threading.Thread(target=work, args=(c,)) for c in convs]
@@ -239,7 +241,11 @@ def test_concurrent_cross_shard_batches_lose_no_update_asyncio(manager: RayState
         while True:
             snap = await c.asnapshot()
             gv = snap.versions()[ScopeRef("global", "global")]
-            batch = TransitionBatch().add_message("m").update_state("n", snap.get_state("n", 0) + 1, scope="global")
+            batch = (
+                TransitionBatch()
+                .add_message("m")
+                .update_state("n", snap.get_state("n", 0) + 1, scope="global")
+            )
             try:
                 await c.aapply(batch, expected_version={"global": gv})
                 return
@@ -371,3 +377,50 @@ def test_events_reach_the_driver_in_order_across_a_restart(manager: RayStateMana
     assert done.wait(60)
     sub.close()
     assert seen == list(range(1, 11))
+
+
+def test_snapshots_off_home_are_never_torn_and_never_go_backwards(manager: RayStateManager) -> None:
+    """One conversation off home adds a message and bumps global in every batch; readers on other
+    threads see, in each snapshot, a global count at least its message count, and a global version
+    that never decreases."""
+    (writer,) = _on_shard(manager, 1, "torn-w")
+    stop = threading.Event()
+    problems: list[str] = []
+
+    def read() -> None:
+        last = -1
+        while not stop.is_set():
+            snap = writer.snapshot()
+            gv = snap.versions()[ScopeRef("global", "global")]
+            if gv < last:
+                problems.append(f"global went back from {last} to {gv}")
+            last = gv
+            if snap.get_state("count", 0) < len(snap.messages):
+                problems.append(f"torn: {len(snap.messages)} messages but count {snap.get_state('count', 0)}")
+
+    readers = [threading.Thread(target=read) for _ in range(3)]
+    for t in readers:
+        t.start()
+    for i in range(30):
+        writer.apply(
+            TransitionBatch().add_message(i).update_state("count", i + 1, scope="global"),
+            expected_version={"global": i},  # checked at global's home
+        )
+    stop.set()
+    for t in readers:
+        t.join()
+    assert not problems, problems[:3]
+    assert manager.get_global_state().version == 30
+
+
+def test_reopening_with_another_shard_count_is_refused(tmp_path: Path) -> None:
+    with RayStateManager.open(tmp_path / "c", shards=2) as m:
+        m.get_conversation_state("a").set("k", 1)
+    with pytest.raises(VictorActorsError, match="2 shards, not 3"):
+        RayStateManager.open(tmp_path / "c", shards=3)
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "cluster.json").write_text("{not json")
+    with pytest.raises(VictorActorsError, match="unreadable"):
+        RayStateManager.open(tmp_path / "bad", shards=2)
+    with RayStateManager.open(tmp_path / "c", shards=2) as m:  # and the state is where it was
+        assert m.get_conversation_state("a").get("k") == 1

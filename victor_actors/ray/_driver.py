@@ -21,6 +21,7 @@ import asyncio
 import concurrent.futures
 import contextvars
 import hashlib
+import json
 import os
 import threading
 import time
@@ -393,10 +394,6 @@ class RayStateManager:
         """
         if isinstance(shards, bool) or not isinstance(shards, int) or shards < 1:
             raise ValueError(f"shards must be a positive int, not {shards!r}")
-        ray = _ray()
-        owns = not ray.is_initialized()
-        if owns:
-            ray.init(num_cpus=max(2, shards), include_dashboard=False, log_to_driver=False)
         root: str | None
         if path is None:  # in memory: every shard without a store (nothing survives a restart)
             root = None
@@ -404,7 +401,12 @@ class RayStateManager:
         else:
             root = os.path.abspath(os.fspath(path))
             os.makedirs(root, exist_ok=True)
+            _check_layout(root, shards)
             token = hashlib.blake2b(root.encode(), digest_size=6).hexdigest()
+        ray = _ray()
+        owns = not ray.is_initialized()
+        if owns:
+            ray.init(num_cpus=max(2, shards), include_dashboard=False, log_to_driver=False)
         local = {
             "durability": durability,
             "request_timeout": request_timeout,
@@ -877,6 +879,26 @@ class RayStateManager:
         self._thread.join(timeout=5)
         if self._owns_ray:
             ray.shutdown()
+
+
+def _check_layout(root: str, shards: int) -> None:
+    """Record the shard count in ``root/cluster.json``; refuse to reopen with another one."""
+    meta = os.path.join(root, "cluster.json")
+    try:
+        with open(meta, encoding="utf-8") as f:
+            found = json.load(f)
+    except FileNotFoundError:
+        with open(meta, "w", encoding="utf-8") as f:
+            json.dump({"format": 1, "shards": shards}, f)
+        return
+    except (OSError, ValueError) as exc:
+        raise ScopeAccessError(f"{meta} is unreadable ({exc}); nothing was opened") from None
+    count = found.get("shards") if isinstance(found, dict) else None
+    if count != shards:
+        raise ScopeAccessError(
+            f"{root} holds a cluster of {count!r} shards, not {shards}: scopes would be routed to shards "
+            "that do not hold them (resharding is not supported); nothing was opened"
+        )
 
 
 def _with_related(record: StateChanged, other: StateChanged, involved: Sequence[ScopeRef]) -> StateChanged:

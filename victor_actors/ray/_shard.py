@@ -311,6 +311,12 @@ class Shard:
         await self._start()
         return self.index
 
+    async def node(self) -> str:
+        """The id of the Ray node this shard runs on."""
+        import ray
+
+        return str(ray.get_runtime_context().get_node_id())
+
     async def mirror(self, raw: bytes) -> None:
         self._set_mirror(raw)
 
