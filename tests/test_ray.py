@@ -424,3 +424,29 @@ def test_reopening_with_another_shard_count_is_refused(tmp_path: Path) -> None:
         RayStateManager.open(tmp_path / "bad", shards=2)
     with RayStateManager.open(tmp_path / "c", shards=2) as m:  # and the state is where it was
         assert m.get_conversation_state("a").get("k") == 1
+
+
+def test_the_asyncio_twins_of_the_manager(manager: RayStateManager) -> None:
+    (a,) = _on_shard(manager, 0, "tw-a")
+    (b,) = _on_shard(manager, 1, "tw-b")
+
+    async def go() -> None:
+        await a.aset("k", "before")
+        with pytest.raises(RuntimeError):
+            async with manager.arun("s2") as run:
+                await a.aset("k", "during")
+                await b.aadd_message("during")
+                raise RuntimeError("the agent failed")
+        assert run.rolled_back
+        assert await a.aget("k") == "before" and list((await b.asnapshot()).messages) == []
+        cid = await manager.asave_checkpoint(a.ref)
+        await a.aset("k", "later")
+        await manager.arestore(a.ref, cid)
+        assert await a.aget("k") == "before"
+        assert cid in [c for c, _ in await manager.alist_checkpoints(a.ref)]
+        stats = await manager.astats()
+        assert stats["shards"] == 2 and len(await manager.ashard_stats()) == 2
+
+    asyncio.run(go())
+    with pytest.raises(TypeError):
+        manager.restore(a.ref, 1.5)  # type: ignore[arg-type]

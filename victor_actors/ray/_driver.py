@@ -26,8 +26,8 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
+from contextlib import asynccontextmanager, contextmanager
 from typing import Any, TypeVar
 
 from victor_actors._errors import (
@@ -714,23 +714,42 @@ class RayStateManager:
     # -- checkpoints, stats ----------------------------------------------------------
 
     def save_checkpoint(self, ref: ScopeRef | str | RayScopeHandle, *, label: str | None = None) -> str:
+        """Write a checkpoint of the scope's committed state on its shard; return its id."""
+        return self._sync(self.asave_checkpoint(ref, label=label))
+
+    async def asave_checkpoint(
+        self, ref: ScopeRef | str | RayScopeHandle, *, label: str | None = None
+    ) -> str:
         h = self._handle_for(ref)
-        return str(self._sync(self._ask(h.shard, {"k": "checkpoint", "a": h.address, "label": label}, None)))
+        return str(await self._ask(h.shard, {"k": "checkpoint", "a": h.address, "label": label}, None))
 
     def list_checkpoints(self, ref: ScopeRef | str | RayScopeHandle) -> list[tuple[str, int]]:
+        """The scope's checkpoints as ``(checkpoint id, version)``, oldest first."""
+        return self._sync(self.alist_checkpoints(ref))
+
+    async def alist_checkpoints(self, ref: ScopeRef | str | RayScopeHandle) -> list[tuple[str, int]]:
         h = self._handle_for(ref)
-        return [tuple(c) for c in self._sync(self._ask(h.shard, {"k": "checkpoints", "a": h.address}, None))]
+        rows = await self._ask(h.shard, {"k": "checkpoints", "a": h.address}, None)
+        return [(str(c), int(v)) for c, v in rows]
 
     def restore(self, ref: ScopeRef | str | RayScopeHandle, checkpoint: str | int) -> StateChanged:
         """Return the scope to a checkpoint (by id) or a version, as a new commit."""
+        return self._sync(self.arestore(ref, checkpoint))
+
+    async def arestore(self, ref: ScopeRef | str | RayScopeHandle, checkpoint: str | int) -> StateChanged:
+        if isinstance(checkpoint, bool) or not isinstance(checkpoint, (str, int)):
+            raise TypeError("checkpoint is a checkpoint id (str) or a version (int)")
         h = self._handle_for(ref)
         return w.record_from(
-            self._sync(self._ask(h.shard, {"k": "restore", "a": h.address, "c": checkpoint}, None))
+            await self._ask(h.shard, {"k": "restore", "a": h.address, "c": checkpoint}, None)
         )
 
     def stats(self) -> dict[str, int]:
         """Every shard's counters summed, ``shards``, and the driver's own (retries, cross-shard commits)."""
-        per = self.shard_stats()
+        return self._sync(self.astats())
+
+    async def astats(self) -> dict[str, int]:
+        per = await self.ashard_stats()
         out: dict[str, int] = {}
         for s in per:
             for k, v in s.items():
@@ -760,7 +779,11 @@ class RayStateManager:
             time.sleep(0.05)  # polling a condition across processes; nothing is ordered by it
 
     def shard_stats(self) -> list[dict[str, int]]:
-        return [self._sync(self._ask(n, {"k": "stats"}, None)) for n in range(self.shards)]
+        """Each shard's own counters (its local manager's stats and the shard's), by shard number."""
+        return self._sync(self.ashard_stats())
+
+    async def ashard_stats(self) -> list[dict[str, int]]:
+        return list(await asyncio.gather(*(self._ask(n, {"k": "stats"}, None) for n in range(self.shards))))
 
     # -- runs ------------------------------------------------------------------------
 
@@ -785,6 +808,25 @@ class RayStateManager:
             raise DeadlineExceededError(
                 f"run {run.id} outlived its {timeout:g} s timeout; it was rolled back"
             )
+
+    @asynccontextmanager
+    async def arun(self, session_id: str, timeout: float = 30.0) -> AsyncIterator[RayRun]:
+        """The asyncio twin of :meth:`run`; the body is also cancelled at the timeout."""
+        run = RayRun(_id(session_id), timeout)
+        token = _CURRENT_RUN.set(run)
+        try:
+            async with asyncio.timeout(timeout):
+                yield run
+        except BaseException:
+            await self._aroll_back(run)
+            raise
+        finally:
+            _CURRENT_RUN.reset(token)
+
+    async def _aroll_back(self, run: RayRun) -> None:
+        for _ref, (handle, version) in reversed(list(run.first_versions.items())):
+            await self.arestore(handle, version)
+        run.rolled_back = True
 
     def _roll_back(self, run: RayRun) -> None:
         for _ref, (handle, version) in reversed(list(run.first_versions.items())):
