@@ -26,6 +26,7 @@ from victor_actors.bench._table import fmt_ratio as ratio
 from victor_actors.bench._table import fmt_value as value
 
 MD_NAME, PNG_NAME = "benchmarks.md", "benchmarks.png"
+KEPT_MARKER = "<!-- notes below are hand-written; victor_actors.bench.report keeps them -->"
 NO_PLOT = f"The plot needs matplotlib ({INSTALL_HINT}); none was written for this report."
 SKIP_KEYS = {"meta", "stdout", "stderr"}
 
@@ -285,7 +286,13 @@ def main() -> int:
     if plot_note is not None and png.exists():
         png.unlink()  # a plot from an earlier run would not match this report
     md = out_dir / MD_NAME
-    md.write_text(build(doc, plot_note, args.json_file), encoding="utf-8")
+    kept = ""
+    if md.exists():  # hand-written notes below the marker survive a regeneration
+        old = md.read_text(encoding="utf-8")
+        at = old.find(KEPT_MARKER)
+        if at >= 0:
+            kept = "\n" + old[at:]
+    md.write_text(build(doc, plot_note, args.json_file) + kept, encoding="utf-8")
     print(f"wrote {md}" + ("" if plot_note else f" and {png}"))
     if plot_note:
         print(plot_note)
