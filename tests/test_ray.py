@@ -23,6 +23,7 @@ from victor_actors import (  # noqa: E402
     VersionConflictError,
     VictorActorsError,
 )
+from victor_actors._rollback import RunFailedError, RunTimeoutError  # noqa: E402
 from victor_actors.ray import (  # noqa: E402
     HOME,
     RayStateManager,
@@ -36,7 +37,7 @@ pytestmark = pytest.mark.timeout(120)
 
 @pytest.fixture(scope="module", autouse=True)
 def ray_session() -> Iterator[None]:
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield
     ray.shutdown()
 
@@ -264,12 +265,38 @@ def test_a_run_rolls_back_across_shards(manager: RayStateManager) -> None:
     (a,) = _on_shard(manager, 0, "run-a")
     (b,) = _on_shard(manager, 1, "run-b")
     a.set("k", "before")
-    with pytest.raises(RuntimeError), manager.run("s1") as run:
+    with pytest.raises(RunFailedError) as info, manager.run("s1") as run:
         a.set("k", "during")
         b.add_message("during")
         raise RuntimeError("the agent failed")
-    assert run.rolled_back
+    assert isinstance(info.value.error, RuntimeError) and info.value.run_id == run.id
+    assert run.rolled_back and run.rollback_report is not None and not run.rollback_report.conflicts
     assert a.get("k") == "before" and list(b.snapshot().messages) == []
+    with pytest.raises(RunTimeoutError), manager.run("s1", timeout=0.0):
+        a.set("k", "late")
+    assert a.get("k") == "before"
+
+
+def test_a_run_rollback_never_erases_another_writers_commit(manager: RayStateManager) -> None:
+    """Regression: the rollback restored whole scopes to their pre-run versions, so another writer's
+    commit made during the run (in the same team) was erased, half of its batch with it. Now the
+    undo is by value, as locally, and the other write is left and reported (checked: failed before)."""
+    run_conv = manager.get_conversation_state("r-run", team_id="tr")
+    other = manager.get_conversation_state("r-other", team_id="tr")
+    team = manager.get_team_state("tr")
+    with pytest.raises(RunFailedError) as info, manager.run("s1"):
+        run_conv.apply(TransitionBatch().add_message("run").update_state("counter", 1, scope="team"))
+        # another writer, outside the run (its own thread: the run is the caller's context only)
+        t = threading.Thread(
+            target=other.apply,
+            args=(TransitionBatch().add_message("other").update_state("counter", 2, scope="team"),),
+        )
+        t.start()
+        t.join()
+        raise RuntimeError("boom")
+    assert team.get("counter") == 2 and list(other.snapshot().messages) == ["other"]
+    assert list(run_conv.snapshot().messages) == []
+    assert any("counter" in c for c in info.value.rollback_report.conflicts)
 
 
 def test_pipelined_aapply_and_apply_many_share_calls(manager: RayStateManager) -> None:
@@ -432,7 +459,7 @@ def test_the_asyncio_twins_of_the_manager(manager: RayStateManager) -> None:
 
     async def go() -> None:
         await a.aset("k", "before")
-        with pytest.raises(RuntimeError):
+        with pytest.raises(RunFailedError):
             async with manager.arun("s2") as run:
                 await a.aset("k", "during")
                 await b.aadd_message("during")

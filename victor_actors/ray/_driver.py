@@ -39,6 +39,7 @@ from victor_actors._errors import (
 )
 from victor_actors._handle import _transitions
 from victor_actors._model import GLOBAL_REF, ScopeRef, StateScope, StateTransition, TransitionBatch
+from victor_actors._rollback import RollbackReport, RunFailedError, RunTimeoutError, ScopeRollback
 from victor_actors._state import ContextSnapshot, StateChanged
 from victor_actors.ray import _wire as w
 from victor_actors.ray._placement import HOME, Address, ref_of, shard_for
@@ -52,7 +53,7 @@ __all__ = ["RayRun", "RayScopeHandle", "RayStateManager", "RaySubscription"]
 IN_FLIGHT = 2  # Ray calls outstanding per shard
 MAX_OPS = 1000  # operations per call
 RETRY_PAUSE = 0.2  # seconds between attempts to reach a shard that went away
-_WRITES = frozenset({"apply", "commit", "restore", "checkpoint"})
+_WRITES = frozenset({"apply", "commit", "restore", "checkpoint", "rollback"})
 _PROTOCOL = frozenset({"prepare", "commit", "abort", "status"})
 _CURRENT_RUN: contextvars.ContextVar[RayRun | None] = contextvars.ContextVar(
     "victor_actors_ray_run", default=None
@@ -204,24 +205,38 @@ class RaySubscription:
 
 
 class RayRun:
-    """What ``with manager.run(...)`` yields: the run's id, its commits, and whether it rolled back."""
+    """What ``with manager.run(...)`` yields: the run's id, its commits, and how it ended.
+
+    ``status`` is ``"running"``, ``"succeeded"`` or ``"rolled_back"``; after a
+    rollback ``rollback_report`` says what was undone in each scope, on
+    whatever shard, and what was left because another writer changed it since.
+    """
 
     def __init__(self, session_id: str, timeout: float) -> None:
         self.id = uuid.uuid4().hex
         self.session_id = session_id
         self.timeout = timeout
         self.deadline = time.monotonic() + timeout
-        self.first_versions: dict[ScopeRef, tuple[RayScopeHandle, int]] = {}
+        self.handles: dict[ScopeRef, RayScopeHandle] = {}
         self.commits: list[StateChanged] = []
-        self.rolled_back = False
+        self.status = "running"
+        self.rollback_report: RollbackReport | None = None
+
+    @property
+    def rolled_back(self) -> bool:
+        return self.status == "rolled_back"
+
+    @property
+    def remaining(self) -> float:
+        return self.deadline - time.monotonic()
 
     def _record(self, handle: RayScopeHandle, record: StateChanged) -> None:
         for rec in (record, *record.related):
             if rec.committed:
                 self.commits.append(rec)
-                if rec.ref not in self.first_versions:
+                if rec.ref not in self.handles:
                     h = handle if rec.ref == handle.ref else handle._manager._known_handle(rec.ref)
-                    self.first_versions[rec.ref] = (h, rec.old_version)
+                    self.handles[rec.ref] = h
 
 
 class RayScopeHandle:
@@ -406,7 +421,7 @@ class RayStateManager:
         ray = _ray()
         owns = not ray.is_initialized()
         if owns:
-            ray.init(num_cpus=max(2, shards), include_dashboard=False, log_to_driver=False)
+            ray.init(address="local", num_cpus=max(2, shards), include_dashboard=False, log_to_driver=False)
         local = {
             "durability": durability,
             "request_timeout": request_timeout,
@@ -789,25 +804,26 @@ class RayStateManager:
 
     @contextmanager
     def run(self, session_id: str, timeout: float = 30.0) -> Iterator[RayRun]:
-        """A run: if the body raises (or outlives ``timeout``), every scope it committed in is restored.
+        """A run, as ``GlobalStateManager.run``: if the body raises or outlives ``timeout``, its writes
+        are undone in every scope it committed in, on whatever shard, and the run raises
+        ``RunFailedError`` (the body's exception as its ``error`` and ``__cause__``) or
+        ``RunTimeoutError``, with the ``rollback_report``.
 
-        Each touched scope, on whatever shard, returns to its version before
-        the run's first commit there, as a new commit (history is kept).
+        The undo is by value, as locally: a key, message, capability or stage another writer
+        changed since the run wrote it is left as it is and listed in the report's conflicts, so a
+        rollback never erases someone else's commit. Each scope is undone on its own shard (not
+        atomically across shards); a shard that cannot be reached is reported, not raised.
         """
         run = RayRun(_id(session_id), timeout)
         token = _CURRENT_RUN.set(run)
         try:
             yield run
-        except BaseException:
-            self._roll_back(run)
-            raise
-        finally:
+        except BaseException as exc:
             _CURRENT_RUN.reset(token)
-        if time.monotonic() > run.deadline:
-            self._roll_back(run)
-            raise DeadlineExceededError(
-                f"run {run.id} outlived its {timeout:g} s timeout; it was rolled back"
-            )
+            self._sync(self._finish(run, exc))
+            raise
+        _CURRENT_RUN.reset(token)
+        self._sync(self._finish(run, None))
 
     @asynccontextmanager
     async def arun(self, session_id: str, timeout: float = 30.0) -> AsyncIterator[RayRun]:
@@ -817,21 +833,59 @@ class RayStateManager:
         try:
             async with asyncio.timeout(timeout):
                 yield run
-        except BaseException:
-            await self._aroll_back(run)
-            raise
-        finally:
+        except BaseException as exc:
             _CURRENT_RUN.reset(token)
+            await self._on_loop(self._finish(run, exc))
+            raise
+        _CURRENT_RUN.reset(token)
+        await self._on_loop(self._finish(run, None))
 
-    async def _aroll_back(self, run: RayRun) -> None:
-        for _ref, (handle, version) in reversed(list(run.first_versions.items())):
-            await self.arestore(handle, version)
-        run.rolled_back = True
+    async def _finish(self, run: RayRun, exc: BaseException | None) -> None:
+        timed_out = run.remaining <= 0 or isinstance(exc, TimeoutError)
+        if exc is None and not timed_out:
+            run.status = "succeeded"
+            return
+        reason = "timed out" if timed_out and exc is None else f"{type(exc).__name__}: {exc}"
+        report = await self._roll_back(run, reason)
+        note = ""
+        if report.conflicts:
+            note = f"; left as another writer changed them: {list(report.conflicts)}"
+        if (
+            exc is None
+            or isinstance(exc, TimeoutError)
+            or (timed_out and isinstance(exc, DeadlineExceededError))
+        ):
+            err = RunTimeoutError(
+                f"run {run.id} exceeded its timeout of {run.timeout} s; its writes were rolled back{note}",
+                run_id=run.id,
+                rollback_report=report,
+            )
+            raise err from exc
+        if not isinstance(exc, Exception):
+            return  # cancellation, KeyboardInterrupt, SystemExit: propagate as they are
+        raise RunFailedError(
+            f"run {run.id} failed ({type(exc).__name__}: {exc}); its writes were rolled back{note}",
+            error=exc,
+            run_id=run.id,
+            rollback_report=report,
+        ) from exc
 
-    def _roll_back(self, run: RayRun) -> None:
-        for _ref, (handle, version) in reversed(list(run.first_versions.items())):
-            self.restore(handle, version)
-        run.rolled_back = True
+    async def _roll_back(self, run: RayRun, reason: str) -> RollbackReport:
+        """Undo the run's writes scope by scope, each on its shard; failures are reported, not raised."""
+
+        async def one(ref: ScopeRef) -> ScopeRollback:
+            h = run.handles[ref]
+            records = tuple(w.record_to(r) for r in run.commits if r.ref == ref)
+            op = {"k": "rollback", "a": h.address, "run": run.id, "r": records}
+            try:
+                return w.rollback_from(await self._ask_here(h.shard, op, self.request_timeout))
+            except VictorActorsError as exc:
+                return ScopeRollback(ref, conflicts=(f"the rollback of {ref} failed: {exc!r}",))
+
+        scopes = await asyncio.gather(*(one(ref) for ref in run.handles))
+        run.rollback_report = RollbackReport(run.id, reason, tuple(scopes))
+        run.status = "rolled_back"
+        return run.rollback_report
 
     # -- events ------------------------------------------------------------------------
 
@@ -917,7 +971,15 @@ class RayStateManager:
                 pass
         with self._events_cv:
             self._events_cv.notify_all()
-        self._loop.call_soon_threadsafe(self._loop.stop)
+        for poller in self._pollers.values():
+            poller.cancel()
+
+        def stop() -> None:
+            for task in asyncio.all_tasks(self._loop):
+                task.cancel()
+            self._loop.call_soon(self._loop.stop)
+
+        self._loop.call_soon_threadsafe(stop)
         self._thread.join(timeout=5)
         if self._owns_ray:
             ray.shutdown()

@@ -43,6 +43,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+import attrs
 import lmdb
 
 from victor_actors._errors import (
@@ -53,8 +54,11 @@ from victor_actors._errors import (
     VictorActorsError,
 )
 from victor_actors._manager import GlobalStateManager
+from victor_actors._messages import ApplyRequest
 from victor_actors._model import GLOBAL_REF, ScopeRef, StateScope, StateTransition
 from victor_actors._reducer import reduce
+from victor_actors._rollback import ScopeRollback
+from victor_actors._runs import _Plan
 from victor_actors._state import ContextSnapshot, ScopeState, StateChanged
 from victor_actors.ray import _wire as w
 from victor_actors.ray._placement import HOME, Address
@@ -677,6 +681,40 @@ class Shard:
             out.extend(e for e in ring if e.new_version > after and e.new_version <= top)
         return out
 
+    async def _rollback(self, op: Any) -> Any:
+        """Undo a run's commits in one scope, by value, on the scope's actor (as a local run does)."""
+        handle = self._handle(_address(op["a"]))
+        ref = handle.ref
+        records = sorted(
+            (w.record_from(r) for r in op["r"] if ScopeRef.parse(r["r"]) == ref), key=lambda r: r.new_version
+        )
+        plans: list[_Plan] = []
+
+        def target(state: ScopeState) -> ScopeState | None:
+            plan = _Plan(ref)
+            for rec in records:
+                plan.add(rec)
+            plans.append(plan)
+            return plan.target(state)
+
+        wait = float(op.get("to") or 30.0)
+        deadline = time.monotonic() + wait
+        await self._wait_unheld(frozenset({ref}), deadline, None)
+        self._writing[ref] += 1
+        try:
+            req = ApplyRequest((), None, deadline, str(op.get("run") or ""), None, target)
+            commit: StateChanged = await asyncio.to_thread(handle._kernel.ask, handle._cell, req, wait)
+        finally:
+            self._writing[ref] -= 1
+            if not self._writing[ref]:
+                del self._writing[ref]
+            cond = self._cond
+            assert cond is not None
+            async with cond:
+                cond.notify_all()
+        report = (plans[0].report if plans else None) or ScopeRollback(ref)
+        return w.rollback_to(attrs.evolve(report, version=commit.version if commit.committed else None))
+
     async def _checkpoint(self, op: Any) -> Any:
         ref = self._handle(_address(op["a"])).ref
         return await asyncio.to_thread(self.manager.save_checkpoint, ref, label=op.get("label"))
@@ -758,6 +796,7 @@ _OPS = {
     "status": Shard._status,
     "poll": Shard._poll,
     "checkpoint": Shard._checkpoint,
+    "rollback": Shard._rollback,
     "restore": Shard._restore,
     "checkpoints": Shard._list_checkpoints,
     "stats": Shard._stats,

@@ -28,6 +28,7 @@ from victor_actors._errors import (
     VictorActorsError,
 )
 from victor_actors._model import ScopeRef, StateTransition
+from victor_actors._rollback import ScopeRollback
 from victor_actors._state import ContextSnapshot, KeyChange, ScopeState, StateChanged
 from victor_actors.store import Codec
 
@@ -38,6 +39,8 @@ __all__ = [
     "error_from",
     "error_to",
     "record_from",
+    "rollback_from",
+    "rollback_to",
     "record_to",
     "snapshot_from",
     "snapshot_to",
@@ -206,6 +209,32 @@ def record_from(p: Mapping[str, Any]) -> StateChanged:
         reset=p["rs"],
         involved=tuple(_ref(r) for r in p["inv"]),
         related=tuple(record_from(r) for r in p["rel"]),
+    )
+
+
+def rollback_to(r: ScopeRollback) -> Any:
+    return {
+        "r": str(r.ref),
+        "k": r.keys_restored,
+        "m": r.messages_removed,
+        "c": r.capabilities_restored,
+        "s": r.stage_restored,
+        "t": r.tool_requests_released,
+        "x": r.conflicts,
+        "v": r.version,
+    }
+
+
+def rollback_from(p: Mapping[str, Any]) -> ScopeRollback:
+    return ScopeRollback(
+        _ref(p["r"]),
+        tuple(p["k"]),
+        int(p["m"]),
+        tuple(p["c"]),
+        bool(p["s"]),
+        tuple(p["t"]),
+        tuple(p["x"]),
+        p["v"],
     )
 
 
