@@ -6,11 +6,14 @@ while batches are rejected, actors crash and runs time out or raise. At the
 end the store is closed and reopened, and :func:`check_invariants` compares
 what the agents were acknowledged with what the store holds. ``--kill`` runs
 the load in a child process, SIGKILLs it at a random moment and checks every
-acknowledged commit after reopening. See ``docs/simulate.md``.
+acknowledged commit after reopening. ``--ray`` runs agents through
+``victor_actors.ray.RayStateManager`` on a local Ray cluster and kills every
+shard once mid-run. See ``docs/simulate.md``.
 
 Tooling on top of the runtime: it uses only the public surface
-(:mod:`victor_actors`, :mod:`victor_actors.lowlevel`, :mod:`victor_actors.testing`),
-and nothing in the runtime imports it.
+(:mod:`victor_actors`, :mod:`victor_actors.lowlevel`, :mod:`victor_actors.testing`,
+and with ``--ray`` :mod:`victor_actors.ray`, imported only then), and nothing in the
+runtime imports it.
 
 - ``_config``: :class:`SimConfig`, the fault kinds, ``--quick``;
 - ``_coordinators``: the coordinators, the tools and the batch of a step;
@@ -18,6 +21,8 @@ and nothing in the runtime imports it.
 - ``_hub``: what the agents share, and the tallies;
 - ``_ledger``, ``_invariants``: the plain data the checker compares, and the checks;
 - ``_load``: one simulation in this process; ``_kill``: the SIGKILL harness;
+- ``_ray_agent``, ``_ray_load``, ``_ray_invariants``: ``--ray`` (the agent over Ray,
+  the run with its shard kills, the checks that apply there);
 - ``_command``: the ``simulate`` subcommand.
 """
 
@@ -29,6 +34,8 @@ from victor_actors.sim._invariants import check_invariants
 from victor_actors.sim._kill import simulate_kill
 from victor_actors.sim._ledger import AgentLedger, Expected, InvariantResult, Observed, RunLedger
 from victor_actors.sim._load import simulate
+from victor_actors.sim._ray_invariants import RayFacts, check_ray_invariants
+from victor_actors.sim._ray_load import simulate_ray
 
 __all__ = [
     "QUICK",
@@ -36,11 +43,14 @@ __all__ = [
     "Expected",
     "InvariantResult",
     "Observed",
+    "RayFacts",
     "RunLedger",
     "SimConfig",
     "add_parser",
     "check_invariants",
+    "check_ray_invariants",
     "run_command",
     "simulate",
     "simulate_kill",
+    "simulate_ray",
 ]
