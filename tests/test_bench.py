@@ -63,6 +63,8 @@ TARGET_IDS = {
     "groupcommit_one",
     "groupcommit_many",
     "groupcommit_sqlite",
+    "ray_apply_p50",
+    "ray_pipeline_rate",
 }
 LANGGRAPH_ROWS = {"durable_1", "durable_100", "storage_sqlite", "agent", "agent_memory"}
 
@@ -191,6 +193,20 @@ def test_report_writes_the_markdown_and_the_plot(
         assert not png.exists() and NO_PLOT in md
 
 
+def test_report_keeps_the_hand_written_notes_below_the_marker(
+    quick_run: tuple[Path, dict[str, Any], str], tmp_path: Path
+) -> None:
+    """Regression: a regeneration dropped the hand-written sections (issue 15's notes)."""
+    from victor_actors.bench.report import KEPT_MARKER
+
+    path, _, _ = quick_run
+    (tmp_path / "benchmarks.md").write_text(f"# old\n\nstale table\n\n{KEPT_MARKER}\n\n## A note\n\nkept\n")
+    report(path, tmp_path)
+    md = (tmp_path / "benchmarks.md").read_text()
+    assert md.startswith("# Benchmarks\n") and "stale table" not in md
+    assert md.endswith(f"{KEPT_MARKER}\n\n## A note\n\nkept\n") and md.count(KEPT_MARKER) == 1
+
+
 def test_report_without_matplotlib_still_writes_the_markdown_and_says_so(
     quick_run: tuple[Path, dict[str, Any], str], tmp_path: Path
 ) -> None:
@@ -238,7 +254,7 @@ def test_every_benchmark_is_a_module_of_the_installed_package(tmp_path: Path) ->
     """The runner finds every benchmark in the package itself, and each imports without LangGraph."""
     assert set(bench.BENCHMARKS) == {
         "core", "pipeline", "startup", "store", "agent", "scale", "langgraph", "security", "otel",
-        "listing", "virtual", "groupcommit", "checkpoints",
+        "listing", "virtual", "groupcommit", "checkpoints", "ray",
     }  # fmt: skip
     for b in bench.BENCHMARKS.values():
         spec = importlib.util.find_spec(b.module)
@@ -374,7 +390,7 @@ def test_every_missed_target_explains_itself_from_the_numbers() -> None:
         "security_reopen": "NOT RUN",
         "security_bytes": "NOT RUN",
         "otel_disabled": "NOT RUN",
-        **{tid: "NOT RUN" for tid in TARGET_IDS if tid.startswith(("virtual", "groupcommit"))},
+        **{tid: "NOT RUN" for tid in TARGET_IDS if tid.startswith(("virtual", "groupcommit", "ray_"))},
         "bytes_written": "NOT RUN",
         "disk_10k": "NOT RUN",
     }

@@ -69,6 +69,13 @@ BENCHMARKS: dict[str, Bench] = {
             "runs, 50 concurrent graphs, one 2,000-step thread",
             needs=("langgraph", "langgraph.checkpoint.sqlite", "langgraph_checkpoint_lmdb"),
         ),
+        Bench(
+            "ray",
+            "scopes on Ray shards: remote apply vs a bare Ray call, pipelined commits/s on 2 and 1 "
+            "shards, per-call/shard/scope costs and a paper model (starts a Ray session)",
+            needs=("ray",),
+            default=False,
+        ),
     )
 }
 

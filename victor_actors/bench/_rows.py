@@ -264,6 +264,49 @@ def _virtual_touch(key: str, base: str | None = None) -> Callable[[Json], tuple[
     return values
 
 
+def _ray_apply(stat: str) -> Callable[[Json], tuple[float, float, str]]:
+    def values(r: Json) -> tuple[float, float, str]:
+        lt = r["latency"]
+        note = (
+            f"{lt['apply']['n']:,} calls, 2 shards in memory; bare call carries {lt['request_bytes']:,} B, "
+            f"returns {lt['reply_bytes']:,} B"
+        )
+        return float(lt["apply"][stat]), float(lt["bare"][stat]), note
+
+    return values
+
+
+def _ray_rate(ours: str, base: str) -> Callable[[Json], tuple[float, float, str]]:
+    def values(r: Json) -> tuple[float, float, str]:
+        tp, cfg = r["throughput"], r["config"]
+        o = tp[ours]
+        note = (
+            f"{cfg['commits']:,} over {cfg['conversations']} conversations, {cfg['inflight']:,} in flight; "
+            f"{o['ops_per_call']:,.0f} ops per Ray call; best of {len(o['rounds'])}"
+        )
+        return float(o["per_s"]), float(tp[base]["per_s"]), note
+
+    return values
+
+
+def _ray_cross(r: Json) -> tuple[float, float, str]:
+    x = r["cross_shard"]
+    note = f"{x['lone']['n']:,} one at a time; {x['per_s']:,.0f}/s from {x['tasks']} conversations at once"
+    return float(x["lone"]["median_us"]), float(r["latency"]["apply"]["median_us"]), note
+
+
+def _ray_shard_memory(r: Json) -> tuple[float, float, str]:
+    p = r["memory"]["process"]
+    note = f"Pss of fresh processes; RSS {p['shard_rss'] / 2**20:,.0f} vs {p['bare_rss'] / 2**20:,.0f} MiB"
+    return float(p["shard_pss"]), float(p["bare_pss"]), note
+
+
+def _ray_scope_memory(r: Json) -> tuple[float, float, str]:
+    s = r["memory"]["scopes"]
+    note = f"{s['conversations']:,} one-message conversations; RssAnon deltas"
+    return float(s["shard"]["bytes_per_conversation"]), float(s["local"]["bytes_per_conversation"]), note
+
+
 _R = RowSpec
 ROWS: tuple[RowSpec, ...] = (
     _R("apply_p50", "core", "apply round trip p50 / pykka echo ask p50", "us", "lower",
@@ -368,4 +411,22 @@ ROWS: tuple[RowSpec, ...] = (
        _virtual_touch("react_p99_us", "p99_us")),
     _R("virtual_slowest", "virtual", "slowest touch, N mostly evicted / 2,000 live", "us", "lower",
        _virtual_touch("max_us")),
+    _R("ray_apply_p50", "ray", "remote apply p50 / a bare Ray actor call carrying the same bytes", "us",
+       "lower", _ray_apply("median_us")),
+    _R("ray_apply_p99", "ray", "remote apply p99 / a bare Ray actor call carrying the same bytes", "us",
+       "lower", _ray_apply("p99_us")),
+    _R("ray_pipeline", "ray", "pipelined aapply, 2 shards / a bare Ray call carrying 1,000 requests",
+       "ops/s", "higher", _ray_rate("two", "bare_batched")),
+    _R("ray_pipeline_1", "ray", "pipelined aapply, 1 shard / a bare Ray call carrying 1,000 requests",
+       "ops/s", "higher", _ray_rate("one", "bare_batched")),
+    _R("ray_shards", "ray", "pipelined aapply, 2 shards / 1 shard", "ops/s", "higher",
+       _ray_rate("two", "one")),
+    _R("ray_vs_local", "ray", "pipelined aapply, 2 shards / a local in-memory manager (no Ray)", "ops/s",
+       "higher", _ray_rate("two", "local")),
+    _R("ray_cross_p50", "ray", "cross-shard batch (conversation + global) p50 / one-shard apply p50", "us",
+       "lower", _ray_cross),
+    _R("ray_shard_memory", "ray", "a shard process's memory / a bare Ray actor's", "B", "lower",
+       _ray_shard_memory),
+    _R("ray_scope_memory", "ray", "anon B per conversation in a shard / in a local manager", "B", "lower",
+       _ray_scope_memory),
 )  # fmt: skip
