@@ -483,18 +483,36 @@ class RayStateManager:
         if self.closed:
             raise RuntimeClosedError("the RayStateManager was closed; nothing was applied")
         wait = self.request_timeout if timeout is None else timeout
-        return await self._on_loop(self._ask_here(shard, op, wait))
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is self._loop or running is None:
+            return await self._ask_here(shard, op, wait)
+        # From the caller's own loop: hand the request to the driver loop and get the answer back
+        # with one call_soon_threadsafe each way (no task, no wait_for on the hot path).
+        answer: asyncio.Future[Any] = running.create_future()
 
-    async def _ask_here(self, shard: int, op: dict[str, Any], wait: float) -> Any:
+        def deliver(src: asyncio.Future[Any]) -> None:  # on the driver loop
+            running.call_soon_threadsafe(_copy_outcome, src, answer)
+
+        def submit() -> None:
+            self._submit(shard, op, wait).add_done_callback(deliver)
+
+        self._loop.call_soon_threadsafe(submit)
+        return await answer
+
+    def _submit(self, shard: int, op: dict[str, Any], wait: float) -> asyncio.Future[Any]:
+        """Queue ``op`` on its lane (on the driver loop); the future fails at the deadline if unanswered."""
         future: asyncio.Future[Any] = self._loop.create_future()
         op.setdefault("to", wait)
         self._lanes[shard].submit(_Item(op, time.monotonic() + wait, future))
-        try:
-            return await asyncio.wait_for(future, wait + RETRY_PAUSE * 2)
-        except TimeoutError:
-            raise DeadlineExceededError(
-                f"shard {shard} did not answer within {wait:g} s; a write may still be applied"
-            ) from None
+        timer = self._loop.call_later(wait + RETRY_PAUSE * 2, _expire, future, shard, wait)
+        future.add_done_callback(lambda _f: timer.cancel())
+        return future
+
+    async def _ask_here(self, shard: int, op: dict[str, Any], wait: float) -> Any:
+        return await self._submit(shard, op, wait)
 
     def _saw(self, global_version: int | None) -> None:
         if global_version is not None and global_version > self._global_seen:
@@ -558,7 +576,7 @@ class RayStateManager:
                 "x": pairs,
                 "b": uuid.uuid4().hex,
             }
-            record = w.record_from(await self._ask(handle.shard, op, timeout))
+            record = w.record_from(await self._ask(handle.shard, op, timeout), steps)
             self._saw_record(record)
             return record
         rest = tuple(t for t in steps if not _is_global(t))
@@ -1003,6 +1021,26 @@ def _check_layout(root: str, shards: int) -> None:
             f"{root} holds a cluster of {count!r} shards, not {shards}: scopes would be routed to shards "
             "that do not hold them (resharding is not supported); nothing was opened"
         )
+
+
+def _expire(future: asyncio.Future[Any], shard: int, wait: float) -> None:
+    if not future.done():
+        future.set_exception(
+            DeadlineExceededError(
+                f"shard {shard} did not answer within {wait:g} s; a write may still be applied"
+            )
+        )
+
+
+def _copy_outcome(src: asyncio.Future[Any], dst: asyncio.Future[Any]) -> None:
+    if dst.done():
+        return
+    if src.cancelled():
+        dst.cancel()
+    elif src.exception() is not None:
+        dst.set_exception(src.exception())  # type: ignore[arg-type]
+    else:
+        dst.set_result(src.result())
 
 
 def _with_related(record: StateChanged, other: StateChanged, involved: Sequence[ScopeRef]) -> StateChanged:

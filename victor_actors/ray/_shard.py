@@ -60,6 +60,7 @@ from victor_actors._reducer import reduce
 from victor_actors._rollback import ScopeRollback
 from victor_actors._runs import _Plan
 from victor_actors._state import ContextSnapshot, ScopeState, StateChanged
+from victor_actors._values import FrozenDict
 from victor_actors.ray import _wire as w
 from victor_actors.ray._placement import HOME, Address
 
@@ -123,13 +124,27 @@ def _address(raw: Any) -> Address:
 
 
 def _tagged(steps: tuple[StateTransition, ...], batch_id: str) -> tuple[StateTransition, ...]:
-    """``steps`` with the batch id in the first transition's metadata (durable with the commit)."""
+    """``steps`` with the batch id in the first transition's metadata (durable with the commit).
+
+    The first transition is already validated, and a str id is a frozen value: it is copied
+    without validating its data again (the hot path pays this once per request).
+    """
     if not steps:
         return steps
     first = steps[0]
     meta = dict(first.metadata)
     meta[BATCH_KEY] = batch_id
-    return (StateTransition(first.transition_type, first.data, meta), *steps[1:])
+    tagged = object.__new__(StateTransition)
+    tagged.__attrs_init__(first.transition_type, first.data, FrozenDict._wrap(meta))
+    return (tagged, *steps[1:])
+
+
+def _written(handle: Any, steps: tuple[StateTransition, ...]) -> frozenset[ScopeRef]:
+    """The scopes ``steps`` write from ``handle``'s scope (its own alone unless one names a scope)."""
+    for t in steps:
+        if "scope" in t.data:
+            return frozenset(handle.written_scopes(steps))
+    return frozenset((handle.ref,))
 
 
 def _carries(transitions: tuple[StateTransition, ...], batch_id: str) -> bool:
@@ -389,7 +404,7 @@ class Shard:
     async def _write(
         self, handle: Any, steps: tuple[StateTransition, ...], expected: Any, timeout: float, txid: str | None
     ) -> StateChanged:
-        refs = handle.written_scopes(steps)
+        refs = _written(handle, steps)
         deadline = time.monotonic() + timeout
         await self._wait_unheld(refs, deadline, txid)
         for r in refs:
@@ -442,13 +457,13 @@ class Shard:
         if isinstance(batch_id, str) and batch_id:
             steps = _tagged(steps, batch_id)
             if op.get("rt"):
-                found = self._find(handle.written_scopes(steps), batch_id)
+                found = self._find(_written(handle, steps), batch_id)
                 if found is not None:
                     self.counters["deduplicated"] += 1
                     return w.record_to(found)
         expected = _expected(op.get("x"))
         record = await self._write(handle, steps, expected, float(op.get("to") or 30.0), None)
-        return w.record_to(record)
+        return w.record_to(record, transitions=False)  # the driver has them
 
     async def _snapshot(self, op: Any) -> Any:
         handle = self._handle(_address(op["a"]))
@@ -467,7 +482,7 @@ class Shard:
         steps = w.transitions_from(op["t"])
         if role == "global":
             steps = _tagged(steps, txid)  # the decision record: durable with the global commit
-        refs = frozenset(handle.written_scopes(steps)) | {handle.ref}
+        refs = _written(handle, steps) | {handle.ref}
         deadline = time.monotonic() + float(op.get("to") or 30.0)
         await self._wait_unheld(refs, deadline, None)
         for r in refs:
@@ -514,7 +529,8 @@ class Shard:
             )
             with self._txlog.begin(db=self._txdb, write=True) as t:
                 t.put(txid.encode(), record)
-            self._txlog.sync(True)
+            if self.path is not None:  # in memory nothing survives a restart: no sync to wait for
+                self._txlog.sync(True)
             self._crash_at("part_after_prepare")
         self.counters["prepared"] += 1
         return {"v": tuple((str(r), v) for r, v in versions.items())}

@@ -163,14 +163,18 @@ def _changes_from(rows: Sequence[Any]) -> tuple[KeyChange, ...]:
     return tuple(KeyChange(*row) for row in rows)
 
 
-def record_to(record: StateChanged) -> Any:
-    """A commit record's wire form (every field; ``related`` nested)."""
+def record_to(record: StateChanged, *, transitions: bool = True) -> Any:
+    """A commit record's wire form (every field; ``related`` nested).
+
+    ``transitions=False`` leaves out the top record's transitions: the driver
+    that sent them puts them back (see :func:`record_from`).
+    """
     return {
         "r": str(record.ref),
         "id": record.commit_id,
         "ov": record.old_version,
         "nv": record.new_version,
-        "t": transitions_to(record.transitions),
+        "t": transitions_to(record.transitions) if transitions else None,
         "ch": _changes_to(record.changes),
         "cc": _changes_to(record.capability_changes),
         "am": record.added_messages,
@@ -188,13 +192,14 @@ def record_to(record: StateChanged) -> Any:
     }
 
 
-def record_from(p: Mapping[str, Any]) -> StateChanged:
+def record_from(p: Mapping[str, Any], sent: tuple[StateTransition, ...] = ()) -> StateChanged:
+    """A commit record from its wire form; ``sent`` stands in for transitions left out of it."""
     return StateChanged(
         ref=_ref(p["r"]),
         commit_id=p["id"],
         old_version=p["ov"],
         new_version=p["nv"],
-        transitions=transitions_from(p["t"]),
+        transitions=sent if p["t"] is None else transitions_from(p["t"]),
         changes=_changes_from(p["ch"]),
         capability_changes=_changes_from(p["cc"]),
         added_messages=tuple(p["am"]),
