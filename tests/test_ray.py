@@ -477,3 +477,18 @@ def test_the_asyncio_twins_of_the_manager(manager: RayStateManager) -> None:
     asyncio.run(go())
     with pytest.raises(TypeError):
         manager.restore(a.ref, 1.5)  # type: ignore[arg-type]
+
+
+def test_a_damaged_prepare_record_stops_the_shard_with_a_typed_error(tmp_path: Path) -> None:
+    """A prepare record that cannot be read can be neither finished nor dropped safely: open refuses."""
+    import lmdb
+
+    root = tmp_path / "c"
+    with RayStateManager.open(root, shards=2) as m:
+        m.get_conversation_state("a").set("k", 1)
+    env = lmdb.open(str(root / "shard-1.2pc"), max_dbs=2)
+    with env.begin(write=True, db=env.open_db(b"txn")) as t:
+        t.put(b"tx-damaged", b"VA\x00garbage")
+    env.close()
+    with pytest.raises(VictorActorsError, match="prepare record"):
+        RayStateManager.open(root, shards=2)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["fmt_ratio", "fmt_value", "table"]
+__all__ = ["fmt_ratio", "fmt_value", "print_rows", "print_targets", "table"]
 
 
 def fmt_value(value: float | None, unit: str) -> str:
@@ -75,3 +75,32 @@ def table(doc: dict[str, Any]) -> str:
     counts = {v: sum(1 for t in doc["targets"] if t["verdict"] == v) for v in ("MET", "MISSED", "NOT RUN")}
     lines.append("targets: " + ", ".join(f"{n} {v}" for v, n in counts.items() if n or v != "NOT RUN"))
     return "\n".join(lines)
+
+
+def print_rows(bench: str, result: dict[str, Any], quoted: dict[str, Any] | None = None) -> None:
+    """Print one benchmark's rows (ours, baseline, ratio, note), from its own run's result."""
+    from victor_actors.bench._targets import evaluate
+
+    rows, _ = evaluate({bench: result}, {})
+    rows = [r for r in rows if r["bench"] == bench]
+    w = max(len(r["what"]) for r in rows) + 2
+    print(f"\n{'MEASURED (same run; ratio = ours / baseline)':<{w}}{'OURS':>17}{'BASELINE':>17}{'RATIO':>9}")
+    for r in rows:
+        ours, base = fmt_value(r["ours"], r["unit"]), fmt_value(r["baseline"], r["unit"])
+        print(f"{r['what']:<{w}}{ours:>17}{base:>17}{fmt_ratio(r['ratio']):>9}  {r['note']}")
+    if quoted is not None:
+        print(f"{'  quoted, not measured: ' + quoted['what']:<{w}}{fmt_value(quoted['bytes'], 'B'):>17}")
+
+
+def print_targets(bench: str, result: dict[str, Any]) -> None:
+    """Print one benchmark's targets with their verdicts and, for a miss, why."""
+    from victor_actors.bench._targets import evaluate
+
+    _, targets = evaluate({bench: result}, {})
+    targets = [t for t in targets if t["bench"] == bench]
+    tw = max(len(t["target"]) for t in targets) + 2
+    print(f"\n{'TARGET':<{tw}}{'MEASURED':>10}  VERDICT")
+    for t in targets:
+        print(f"{t['target']:<{tw}}{fmt_ratio(t['measured']):>10}  {t['verdict']}")
+        if t["why"]:
+            print(f"    why: {t['why']}")

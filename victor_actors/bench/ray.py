@@ -657,23 +657,10 @@ def model_lines(res: dict[str, Any]) -> list[str]:
 
 
 def print_report(res: dict[str, Any]) -> None:
-    from victor_actors.bench._table import fmt_ratio, fmt_value
-    from victor_actors.bench._targets import evaluate
+    from victor_actors.bench._table import print_rows, print_targets
 
-    rows, targets = evaluate({"ray": res}, {})
-    rows = [r for r in rows if r["bench"] == "ray"]
-    targets = [t for t in targets if t["bench"] == "ray"]
-    w = max(len(r["what"]) for r in rows) + 2
-    print(f"\n{'MEASURED (same run; ratio = ours / baseline)':<{w}}{'OURS':>17}{'BASELINE':>17}{'RATIO':>9}")
-    for r in rows:
-        ours, base = fmt_value(r["ours"], r["unit"]), fmt_value(r["baseline"], r["unit"])
-        print(f"{r['what']:<{w}}{ours:>17}{base:>17}{fmt_ratio(r['ratio']):>9}  {r['note']}")
-    tw = max(len(t["target"]) for t in targets) + 2
-    print(f"\n{'TARGET':<{tw}}{'MEASURED':>10}  VERDICT")
-    for t in targets:
-        print(f"{t['target']:<{tw}}{fmt_ratio(t['measured']):>10}  {t['verdict']}")
-        if t["why"]:
-            print(f"    why: {t['why']}")
+    print_rows("ray", res)
+    print_targets("ray", res)
     lt, tp = res["latency"], res["throughput"]
     print(
         f"\nbreakdown: the bare call awaited on a loop thread (our driver's shape) p50 "

@@ -445,7 +445,17 @@ class RayStateManager:
                     **extra,
                 ).remote(root, n, shards, token, local)
             )
-        ray.get([a.ping.remote() for a in actors])
+        try:
+            ray.get([a.ping.remote() for a in actors])
+        except Exception as exc:  # a shard's constructor failed: its store is locked, damaged, ...
+            for a in actors:
+                ray.kill(a, no_restart=True)
+            if owns:
+                ray.shutdown()
+            cause = getattr(exc, "cause", None) or exc
+            raise ScopeFailedError(
+                f"a shard could not start under {root}: {type(cause).__name__}: {cause}; nothing was opened"
+            ) from None
         return cls(root, shards, actors, owns, request_timeout)
 
     def __enter__(self) -> RayStateManager:

@@ -47,6 +47,7 @@ import attrs
 import lmdb
 
 from victor_actors._errors import (
+    CheckpointCorruptError,
     DeadlineExceededError,
     ScopeAccessError,
     ScopeFailedError,
@@ -201,8 +202,15 @@ class Shard:
         out = []
         with self._txlog.begin(db=self._txdb) as t:
             for key, raw in t.cursor():
-                txid = bytes(key).decode()
-                p = w.decode(bytes(raw))
+                try:
+                    txid = bytes(key).decode()
+                    p = w.decode(bytes(raw))
+                except (UnicodeDecodeError, VictorActorsError) as exc:
+                    raise CheckpointCorruptError(
+                        f"shard {self.index}'s prepare record {bytes(key)!r} is unreadable ({exc}): "
+                        "its cross-shard part can be neither finished nor dropped safely; "
+                        "the shard refuses to start"
+                    ) from None
                 prepared = _Prepared(
                     "part",
                     _address(p["a"]),

@@ -26,6 +26,7 @@ import random
 import time
 from collections.abc import Callable, Mapping
 from functools import partial
+from typing import Any
 
 from victor_actors import (
     ContextSnapshot,
@@ -77,6 +78,30 @@ def _within(cm: RunContext, body: Callable[[Run], Turn]) -> Turn:
             raise
     else:
         yield Step(cm.__exit__, cm.__aexit__, None, None, None)
+
+
+def more_turns(agent: Any) -> bool:
+    """Whether ``agent`` (a local or a Ray agent) takes another turn: by step count or by clock."""
+    if agent.hub.stopping:
+        return False
+    if agent.config.steps is not None:
+        return bool(agent.turns < agent.config.steps)
+    return bool(time.monotonic() < agent.hub.stop_at)
+
+
+def next_turn_kind(agent: Any, kinds: tuple[str, ...]) -> str:
+    """Count a turn of ``agent`` and draw its kind: the warm-up kinds first, then by the rates."""
+    agent.turns += 1
+    with agent.hub.lock:
+        agent.hub.turns += 1
+    if agent.turns > 1 and agent.warmup:
+        return str(agent.warmup.pop())
+    r = agent.rng.random()
+    for kind in kinds:
+        if r < agent.config.rate(kind):
+            return kind
+        r -= agent.config.rate(kind)
+    return "step"
 
 
 class Agent:
@@ -240,24 +265,10 @@ class Agent:
     # -- bookkeeping --------------------------------------------------------------------------------
 
     def more(self) -> bool:
-        if self.hub.stopping:
-            return False
-        if self.config.steps is not None:
-            return self.turns < self.config.steps
-        return time.monotonic() < self.hub.stop_at
+        return more_turns(self)
 
     def next_kind(self) -> str:
-        self.turns += 1
-        with self.hub.lock:
-            self.hub.turns += 1
-        if self.turns > 1 and self.warmup:
-            return self.warmup.pop()
-        r = self.rng.random()
-        for kind in KINDS:
-            if r < self.config.rate(kind):
-                return kind
-            r -= self.config.rate(kind)
-        return "step"
+        return next_turn_kind(self, KINDS)
 
     def use_transact(self) -> bool:
         return self.rng.random() < self.config.transact_share

@@ -42,7 +42,7 @@ from victor_actors import (
 )
 from victor_actors._rollback import RunFailedError
 from victor_actors.lowlevel import Step, StepGen, adrive, drive
-from victor_actors.sim._agent import SimulatedFailure
+from victor_actors.sim._agent import SimulatedFailure, more_turns, next_turn_kind
 from victor_actors.sim._config import REJECTS, SimConfig
 from victor_actors.sim._coordinators import message
 from victor_actors.sim._hub import Hub
@@ -317,21 +317,7 @@ class RayAgent:
     # -- bookkeeping ----------------------------------------------------------------------------
 
     def more(self) -> bool:
-        if self.hub.stopping:
-            return False
-        if self.config.steps is not None:
-            return self.turns < self.config.steps
-        return time.monotonic() < self.hub.stop_at
+        return more_turns(self)
 
     def next_kind(self) -> str:
-        self.turns += 1
-        with self.hub.lock:
-            self.hub.turns += 1
-        if self.turns > 1 and self.warmup:
-            return self.warmup.pop()
-        r = self.rng.random()
-        for kind in RAY_KINDS:
-            if r < self.config.rate(kind):
-                return kind
-            r -= self.config.rate(kind)
-        return "step"
+        return next_turn_kind(self, RAY_KINDS)
