@@ -44,7 +44,9 @@ def _documented(module: str) -> set[str]:
     return names
 
 
-@pytest.mark.parametrize("module", ["victor_actors", "victor_actors.lowlevel", "victor_actors.testing"])
+@pytest.mark.parametrize(
+    "module", ["victor_actors", "victor_actors.lowlevel", "victor_actors.testing", "victor_actors.ray"]
+)
 def test_api_md_documents_exactly_all(module: str) -> None:
     exported = set(importlib.import_module(module).__all__)
     documented = _documented(module)
@@ -54,7 +56,9 @@ def test_api_md_documents_exactly_all(module: str) -> None:
     )
 
 
-@pytest.mark.parametrize("module", ["victor_actors", "victor_actors.lowlevel", "victor_actors.testing"])
+@pytest.mark.parametrize(
+    "module", ["victor_actors", "victor_actors.lowlevel", "victor_actors.testing", "victor_actors.ray"]
+)
 def test_every_exported_name_exists(module: str) -> None:
     mod = importlib.import_module(module)
     for name in mod.__all__:
