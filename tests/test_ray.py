@@ -492,3 +492,58 @@ def test_a_damaged_prepare_record_stops_the_shard_with_a_typed_error(tmp_path: P
     env.close()
     with pytest.raises(VictorActorsError, match="prepare record"):
         RayStateManager.open(root, shards=2)
+
+
+def _wait_for_result(handle: Any, request_id: str) -> Any:
+    """The TOOL_RESULT of ``request_id`` once it has landed (events, not sleeps)."""
+    landed = threading.Event()
+    sub = handle.subscribe(
+        lambda e: (
+            landed.set() if any(t.transition_type.value == "tool_result" for t in e.transitions) else None
+        )
+    )
+    if request_id in handle.snapshot().pending_tool_requests:
+        assert landed.wait(60), "no tool result arrived"
+    sub.close()
+    return handle.snapshot()
+
+
+def test_tool_executors_registered_on_the_driver(manager: RayStateManager) -> None:
+    seen: list[Any] = []
+    manager.register_tool("lookup", lambda call: (seen.append(call), {"answer": call.arguments["q"] * 2})[1])
+    manager.register_tool("broken", lambda call: 1 / 0)
+    (conv,) = _on_shard(manager, 1, "tool")
+    conv.apply(TransitionBatch().execute_tool("lookup", {"q": 21}, request_id="r1"))
+    snap = _wait_for_result(conv, "r1")
+    assert "r1" not in snap.pending_tool_requests
+    assert seen and seen[0].request_id == "r1" and seen[0].scope == conv.ref and not seen[0].redelivery
+    conv.apply(TransitionBatch().execute_tool("broken", {}, request_id="r2"))
+    snap = _wait_for_result(conv, "r2")
+    assert "r2" not in snap.pending_tool_requests
+    with pytest.raises(TypeError):
+        manager.register_tool("x", "not callable")  # type: ignore[arg-type]
+
+
+def test_a_tool_pending_when_its_shard_restarts_is_delivered_again(manager: RayStateManager) -> None:
+    release = threading.Event()
+    calls: list[Any] = []
+
+    def slow(call: Any) -> str:
+        calls.append(call)
+        if not call.redelivery:
+            release.wait(30)  # the first delivery is still running when the shard is killed
+        return "done"
+
+    manager.register_tool("slow", slow, timeout=40)
+    (conv,) = _on_shard(manager, 1, "tool-kill")
+    started = threading.Event()
+    sub = conv.subscribe(lambda e: started.set())
+    conv.apply(TransitionBatch().execute_tool("slow", {}, request_id="k1"))
+    assert started.wait(30)
+    ray.kill(manager.shard_actor(1), no_restart=False)
+    snap = _wait_for_result(conv, "k1")
+    release.set()
+    sub.close()
+    assert "k1" not in snap.pending_tool_requests
+    assert [c.redelivery for c in calls][-1] is True  # delivered again, with the same key
+    assert {c.request_id for c in calls} == {"k1"}

@@ -382,6 +382,8 @@ class RayStateManager:
         started.wait()
         self._lanes = [_Lane(self, n, a) for n, a in enumerate(actors)]
         self._pollers: dict[int, concurrent.futures.Future[None]] = {}
+        self._tools: dict[str, tuple[Callable[..., Any], float]] = {}
+        self._tool_pollers: dict[int, concurrent.futures.Future[None]] = {}
         self._delivery = threading.Thread(target=self._deliver, name="victor-actors-ray-events", daemon=True)
         self._delivery.start()
 
@@ -915,6 +917,86 @@ class RayStateManager:
         run.status = "rolled_back"
         return run.rollback_report
 
+    # -- tools ------------------------------------------------------------------------
+
+    def register_tool(self, name: str, fn: Callable[..., Any], *, timeout: float = 30.0) -> None:
+        """Execute committed EXECUTE_TOOL requests for ``name`` on the driver, with ``fn(call: ToolCall)``.
+
+        As ``GlobalStateManager.register_tool``: ``fn`` may be sync or ``async``; its return value
+        (or its error, or a timeout) comes back as a TOOL_RESULT in the requesting scope, on its
+        shard. A request pending when a shard restarts is delivered again with ``redelivery=True``
+        and its idempotency key, so a call may run twice but a result is applied once.
+        """
+        if not isinstance(name, str) or not name:
+            raise TypeError("a tool name is a non-empty str")
+        if not callable(fn):
+            raise TypeError("a tool executor must be callable")
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+            raise ValueError("a tool's timeout must be a positive number of seconds")
+        self._tools[name] = (fn, float(timeout))
+        self._sync(self._register_tools())
+        for shard in range(self.shards):
+            if shard not in self._tool_pollers:
+                self._tool_pollers[shard] = asyncio.run_coroutine_threadsafe(
+                    self._tool_poll(shard), self._loop
+                )
+
+    async def _register_tools(self, shards: Iterable[int] | None = None) -> None:
+        table = tuple((n, t) for n, (_, t) in self._tools.items())
+        targets = range(self.shards) if shards is None else shards
+        await asyncio.gather(
+            *(self._ask_here(n, {"k": "tools", "t": table}, self.request_timeout) for n in targets)
+        )
+
+    async def _tool_poll(self, shard: int) -> None:
+        actor = self._actors[shard]
+        while not self.closed:
+            payload = w.encode({"ops": ({"k": "tool_poll", "wait": 0.5},)})
+            try:
+                ok, calls = w.decode(await actor.call.remote(payload))["r"][0]
+            except Exception:  # the shard is away: once it is back, register again (it redelivers)
+                await asyncio.sleep(RETRY_PAUSE)
+                try:
+                    await self._register_tools((shard,))
+                except VictorActorsError:
+                    pass
+                continue
+            if not ok:
+                await asyncio.sleep(RETRY_PAUSE)
+                continue
+            for c in calls:
+                self._loop.create_task(self._run_tool(shard, c))
+
+    async def _run_tool(self, shard: int, c: Mapping[str, Any]) -> None:
+        from victor_actors._tools import ToolCall
+        from victor_actors._values import thaw
+
+        fn, timeout = self._tools.get(str(c["name"]), (None, 0.0))
+        out: dict[str, Any] = {"k": "tool_done", "key": c["k"]}
+        try:
+            if fn is None:
+                raise LookupError(f"no executor for tool {c['name']!r} on this driver")
+            call = ToolCall(
+                str(c["id"]),
+                str(c["name"]),
+                thaw(c["args"]),
+                ScopeRef.parse(c["scope"]),
+                bool(c["re"]),
+                c["run"],
+            )
+            if asyncio.iscoroutinefunction(fn):
+                value = await asyncio.wait_for(fn(call), timeout)
+            else:
+                value = await asyncio.wait_for(asyncio.to_thread(fn, call), timeout)
+            out.update(ok=True, v=value)
+            w.encode(out)  # a result that cannot be stored is the tool's error, not a crash here
+        except Exception as exc:
+            out.update(ok=False, v=f"{type(exc).__name__}: {exc}")
+        try:
+            await self._ask_here(shard, out, self.request_timeout)
+        except VictorActorsError:
+            pass  # the shard restarted meanwhile: it delivers the request again
+
     # -- events ------------------------------------------------------------------------
 
     def _subscribe(self, handle: RayScopeHandle, callback: Callable[..., object]) -> RaySubscription:
@@ -999,7 +1081,7 @@ class RayStateManager:
                 pass
         with self._events_cv:
             self._events_cv.notify_all()
-        for poller in self._pollers.values():
+        for poller in (*self._pollers.values(), *self._tool_pollers.values()):
             poller.cancel()
 
         def stop() -> None:

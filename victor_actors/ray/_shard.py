@@ -61,6 +61,7 @@ from victor_actors._reducer import reduce
 from victor_actors._rollback import ScopeRollback
 from victor_actors._runs import _Plan
 from victor_actors._state import ContextSnapshot, ScopeState, StateChanged
+from victor_actors._tools import ToolCall
 from victor_actors._values import FrozenDict
 from victor_actors.ray import _wire as w
 from victor_actors.ray._placement import HOME, Address
@@ -70,6 +71,10 @@ __all__ = ["BATCH_KEY", "DEDUPE_WINDOW", "Shard", "shard_name"]
 BATCH_KEY = "victor_actors.batch"  # transition metadata: the driver's batch (or transaction) id
 DEDUPE_WINDOW = 256  # commits per scope searched for a retried batch id
 EVENT_RING = 1024  # live events kept per subscribed scope for the driver's poll
+
+
+class ToolExecutionError(RuntimeError):
+    """A driver-side tool raised; its message is the driver's error, recorded in the TOOL_RESULT."""
 
 
 def shard_name(token: str, index: int) -> str:
@@ -189,6 +194,12 @@ class Shard:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._started = False
         self._fault: str | None = None
+        # driver-side tool executors: requests waiting for the driver, by "scope|request id"
+        self._tool_calls: dict[str, dict[str, Any]] = {}
+        self._tool_names: set[str] = set()
+        self._tool_timeouts: dict[str, float] = {}
+        self._tool_event: asyncio.Event | None = None
+        self._resumed = False
         self.counters: collections.Counter[str] = collections.Counter()
         self._in_doubt = self._read_prepare_records()
         if index == HOME:
@@ -234,6 +245,7 @@ class Shard:
         self._loop = asyncio.get_running_loop()
         self._cond = asyncio.Condition()
         self._commit_event = asyncio.Event()
+        self._tool_event = asyncio.Event()
         self._loop.create_task(self._watchdog())
 
     async def _watchdog(self) -> None:
@@ -739,6 +751,86 @@ class Shard:
         report = (plans[0].report if plans else None) or ScopeRollback(ref)
         return w.rollback_to(attrs.evolve(report, version=commit.version if commit.committed else None))
 
+    # -- tools executed on the driver -------------------------------------------------
+
+    def _proxy(self, call: ToolCall) -> Any:
+        """The local executor of a driver-side tool (on the dispatcher's thread): hand the call to the
+        driver's poll and wait for its answer; the dispatcher applies the TOOL_RESULT as usual."""
+        key = f"{call.scope}|{call.request_id}"
+        entry: dict[str, Any] = {
+            "c": {
+                "k": key,
+                "id": call.request_id,
+                "name": call.tool_name,
+                "args": call.arguments,
+                "scope": str(call.scope),
+                "re": call.redelivery,
+                "run": call.run_id,
+            },
+            "done": threading.Event(),
+            "out": None,
+            "sent": False,
+        }
+        self._tool_calls[key] = entry
+        loop, event = self._loop, self._tool_event
+        if loop is not None and event is not None:
+            loop.call_soon_threadsafe(event.set)
+        try:
+            if not entry["done"].wait(self._tool_timeouts.get(call.tool_name, 30.0) + 1.0):
+                raise TimeoutError(f"the driver did not answer tool call {call.request_id}")
+            ok, value = entry["out"]
+        finally:
+            self._tool_calls.pop(key, None)
+        if not ok:
+            raise ToolExecutionError(str(value))
+        return value
+
+    async def _tools(self, op: Any) -> Any:
+        """Register driver-side executors (again after a restart); redeliver pending requests once."""
+        for name, timeout in op["t"]:
+            if name not in self._tool_names:
+                self.manager.register_tool(str(name), self._proxy, timeout=float(timeout))
+                self._tool_names.add(str(name))
+                self._tool_timeouts[str(name)] = float(timeout)
+        if not self._resumed and self.manager.store is not None:
+            self._resumed = True
+            count = await asyncio.to_thread(self.manager.resume_tools)
+            self.counters["tools_redelivered"] += count
+        return len(self._tool_names)
+
+    async def _tool_poll(self, op: Any) -> Any:
+        """Tool calls not yet handed to the driver (long poll)."""
+        event = self._tool_event
+        assert event is not None
+
+        def fresh() -> list[Any]:
+            out = []
+            for entry in list(self._tool_calls.values()):
+                if not entry["sent"]:
+                    entry["sent"] = True
+                    out.append(entry["c"])
+            return out
+
+        calls = fresh()
+        if not calls:
+            event.clear()
+            calls = fresh()
+            if not calls:
+                try:
+                    await asyncio.wait_for(event.wait(), float(op.get("wait", 0.5)))
+                except TimeoutError:
+                    pass
+                calls = fresh()
+        return tuple(calls)
+
+    async def _tool_done(self, op: Any) -> Any:
+        entry = self._tool_calls.get(str(op["key"]))
+        if entry is None:
+            return False  # timed out here, or this shard restarted since: the request is redelivered
+        entry["out"] = (bool(op["ok"]), op.get("v"))
+        entry["done"].set()
+        return True
+
     async def _checkpoint(self, op: Any) -> Any:
         ref = self._handle(_address(op["a"])).ref
         return await asyncio.to_thread(self.manager.save_checkpoint, ref, label=op.get("label"))
@@ -821,6 +913,9 @@ _OPS = {
     "poll": Shard._poll,
     "checkpoint": Shard._checkpoint,
     "rollback": Shard._rollback,
+    "tools": Shard._tools,
+    "tool_poll": Shard._tool_poll,
+    "tool_done": Shard._tool_done,
     "restore": Shard._restore,
     "checkpoints": Shard._list_checkpoints,
     "stats": Shard._stats,
