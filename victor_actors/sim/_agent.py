@@ -45,7 +45,7 @@ from victor_actors import (
     VictorActorsError,
 )
 from victor_actors.lowlevel import Step, StepGen, adrive, drive
-from victor_actors.sim._config import KINDS, REJECTS
+from victor_actors.sim._config import KINDS, REJECTS, SimConfig
 from victor_actors.sim._coordinators import message, runner, step_batch
 from victor_actors.sim._hub import Hub
 from victor_actors.sim._ledger import AgentLedger, RunLedger
@@ -80,32 +80,59 @@ def _within(cm: RunContext, body: Callable[[Run], Turn]) -> Turn:
         yield Step(cm.__exit__, cm.__aexit__, None, None, None)
 
 
-def more_turns(agent: Any) -> bool:
-    """Whether ``agent`` (a local or a Ray agent) takes another turn: by step count or by clock."""
-    if agent.hub.stopping:
-        return False
-    if agent.config.steps is not None:
-        return bool(agent.turns < agent.config.steps)
-    return bool(time.monotonic() < agent.hub.stop_at)
+class TurnLoop:
+    """The turn loop every simulated agent shares (local and Ray): take turns while time or steps
+    last, the warm-up kinds first and then by the configured rates; an unexpected error is tallied
+    and never ends the agent. Subclasses give ``KINDS`` and ``_turn``."""
+
+    KINDS: tuple[str, ...] = ()
+    hub: Any
+    config: SimConfig
+    rng: random.Random
+    warmup: list[str]
+    turns: int
+
+    def run(self) -> None:
+        drive(self._run())
+
+    async def arun(self) -> None:
+        await adrive(self._run())
+
+    def _run(self) -> Turn:
+        while self.more():
+            try:
+                yield from self._turn(self.next_kind())
+            except Exception as exc:  # unexpected: tallied (and fails the verdict), never fatal
+                self.hub.unexpected_error(exc)
+
+    def _turn(self, kind: str) -> Turn:
+        raise NotImplementedError
+
+    def more(self) -> bool:
+        if self.hub.stopping:
+            return False
+        if self.config.steps is not None:
+            return bool(self.turns < self.config.steps)
+        return bool(time.monotonic() < self.hub.stop_at)
+
+    def next_kind(self) -> str:
+        self.turns += 1
+        with self.hub.lock:
+            self.hub.turns += 1
+        if self.turns > 1 and self.warmup:
+            return self.warmup.pop()
+        r = self.rng.random()
+        for kind in self.KINDS:
+            if r < self.config.rate(kind):
+                return kind
+            r -= self.config.rate(kind)
+        return "step"
 
 
-def next_turn_kind(agent: Any, kinds: tuple[str, ...]) -> str:
-    """Count a turn of ``agent`` and draw its kind: the warm-up kinds first, then by the rates."""
-    agent.turns += 1
-    with agent.hub.lock:
-        agent.hub.turns += 1
-    if agent.turns > 1 and agent.warmup:
-        return str(agent.warmup.pop())
-    r = agent.rng.random()
-    for kind in kinds:
-        if r < agent.config.rate(kind):
-            return kind
-        r -= agent.config.rate(kind)
-    return "step"
-
-
-class Agent:
+class Agent(TurnLoop):
     """An agent: :meth:`run` in its own thread (the sync API), or :meth:`arun` as an asyncio task."""
+
+    KINDS = KINDS
 
     def __init__(
         self, hub: Hub, team: str, workflow: str, name: str, sibling: str | None, *, is_async: bool = False
@@ -122,20 +149,7 @@ class Agent:
         self.turns = 0
         hub.emit({"t": "agent", "agent": name, "team": team, "conversation": name})
 
-    def run(self) -> None:
-        drive(self._run())
-
-    async def arun(self) -> None:
-        await adrive(self._run())
-
     # -- the turns ----------------------------------------------------------------------------------
-
-    def _run(self) -> Turn:
-        while self.more():
-            try:
-                yield from self._turn(self.next_kind())
-            except Exception as exc:  # unexpected: tallied (and fails the verdict), never fatal
-                self.hub.unexpected_error(exc)
 
     def _turn(self, kind: str) -> Turn:
         if kind == "tool":
@@ -263,12 +277,6 @@ class Agent:
             return
 
     # -- bookkeeping --------------------------------------------------------------------------------
-
-    def more(self) -> bool:
-        return more_turns(self)
-
-    def next_kind(self) -> str:
-        return next_turn_kind(self, KINDS)
 
     def use_transact(self) -> bool:
         return self.rng.random() < self.config.transact_share

@@ -41,8 +41,8 @@ from victor_actors import (
     VictorActorsError,
 )
 from victor_actors._rollback import RunFailedError
-from victor_actors.lowlevel import Step, StepGen, adrive, drive
-from victor_actors.sim._agent import SimulatedFailure, more_turns, next_turn_kind
+from victor_actors.lowlevel import Step, StepGen
+from victor_actors.sim._agent import SimulatedFailure, TurnLoop
 from victor_actors.sim._config import REJECTS, SimConfig
 from victor_actors.sim._coordinators import message
 from victor_actors.sim._hub import Hub
@@ -87,8 +87,10 @@ def _unavailable(exc: BaseException) -> bool:
     return isinstance(exc, (DeadlineExceededError, ScopeFailedError)) or hasattr(exc, "may_have_applied")
 
 
-class RayAgent:
+class RayAgent(TurnLoop):
     """An agent over Ray: :meth:`run` in its own thread (the sync API), or :meth:`arun` as an asyncio task."""
+
+    KINDS = RAY_KINDS
 
     def __init__(
         self,
@@ -112,19 +114,6 @@ class RayAgent:
         self.rng.shuffle(self.warmup)
         self.turns = 0
         self.settle = Step(self.manager.settle, _in_thread(self.manager.settle), 60.0)
-
-    def run(self) -> None:
-        drive(self._run())
-
-    async def arun(self) -> None:
-        await adrive(self._run())
-
-    def _run(self) -> Turn:
-        while self.more():
-            try:
-                yield from self._turn(self.next_kind())
-            except Exception as exc:  # unexpected: tallied (and fails the verdict), never fatal
-                self.hub.unexpected_error(exc)
 
     def _turn(self, kind: str) -> Turn:
         if kind == "reject":
@@ -315,9 +304,3 @@ class RayAgent:
         return 0
 
     # -- bookkeeping ----------------------------------------------------------------------------
-
-    def more(self) -> bool:
-        return more_turns(self)
-
-    def next_kind(self) -> str:
-        return next_turn_kind(self, RAY_KINDS)
