@@ -36,11 +36,12 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import os
 import tempfile
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import attrs
@@ -421,19 +422,17 @@ class Shard:
             async with cond:
                 cond.notify_all()
 
-    async def _write(
-        self, handle: Any, steps: tuple[StateTransition, ...], expected: Any, timeout: float, txid: str | None
-    ) -> StateChanged:
-        refs = _written(handle, steps)
-        deadline = time.monotonic() + timeout
+    @contextlib.asynccontextmanager
+    async def _writing_to(
+        self, refs: frozenset[ScopeRef], deadline: float, txid: str | None
+    ) -> AsyncIterator[None]:
+        """Write to ``refs``: once no other transaction holds them, counted as a write in progress
+        (a prepare waits for those) until the block ends."""
         await self._wait_unheld(refs, deadline, txid)
         for r in refs:
             self._writing[r] += 1
         try:
-            record: StateChanged = await handle.aapply(
-                steps, expected_version=expected, timeout=max(deadline - time.monotonic(), 0.001)
-            )
-            return record
+            yield
         finally:
             for r in refs:
                 self._writing[r] -= 1
@@ -443,6 +442,16 @@ class Shard:
             assert cond is not None
             async with cond:
                 cond.notify_all()
+
+    async def _write(
+        self, handle: Any, steps: tuple[StateTransition, ...], expected: Any, timeout: float, txid: str | None
+    ) -> StateChanged:
+        deadline = time.monotonic() + timeout
+        async with self._writing_to(_written(handle, steps), deadline, txid):
+            record: StateChanged = await handle.aapply(
+                steps, expected_version=expected, timeout=max(deadline - time.monotonic(), 0.001)
+            )
+        return record
 
     # -- operations ----------------------------------------------------------------
 
@@ -735,19 +744,9 @@ class Shard:
 
         wait = float(op.get("to") or 30.0)
         deadline = time.monotonic() + wait
-        await self._wait_unheld(frozenset({ref}), deadline, None)
-        self._writing[ref] += 1
-        try:
+        async with self._writing_to(frozenset({ref}), deadline, None):
             req = ApplyRequest((), None, deadline, str(op.get("run") or ""), None, target)
             commit: StateChanged = await asyncio.to_thread(handle._kernel.ask, handle._cell, req, wait)
-        finally:
-            self._writing[ref] -= 1
-            if not self._writing[ref]:
-                del self._writing[ref]
-            cond = self._cond
-            assert cond is not None
-            async with cond:
-                cond.notify_all()
         report = (plans[0].report if plans else None) or ScopeRollback(ref)
         return w.rollback_to(attrs.evolve(report, version=commit.version if commit.committed else None))
 

@@ -13,16 +13,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from victor_actors import _errors
 from victor_actors._errors import (
-    BackpressureError,
     CheckpointCorruptError,
-    CheckpointNotFoundError,
-    DeadlineExceededError,
-    RuntimeClosedError,
-    ScopeAccessError,
-    ScopeClosedError,
     ScopeFailedError,
-    StoreLockedError,
     TransitionValidationError,
     VersionConflictError,
     VictorActorsError,
@@ -69,24 +63,9 @@ class ShardUnavailableError(VictorActorsError):
 
 _CODEC = Codec()
 
-# The only error classes a shard's reply can name. Anything else arrives as ScopeFailedError.
-_ERRORS: dict[str, type[VictorActorsError]] = {
-    cls.__name__: cls
-    for cls in (
-        BackpressureError,
-        CheckpointCorruptError,
-        CheckpointNotFoundError,
-        DeadlineExceededError,
-        RuntimeClosedError,
-        ScopeAccessError,
-        ScopeClosedError,
-        ScopeFailedError,
-        StoreLockedError,
-        TransitionValidationError,
-        VersionConflictError,
-        VictorActorsError,
-    )
-}
+# The only error classes a shard's reply can name: the runtime's own error family, by its curated
+# names (a table in code, never a name read from the wire). Anything else arrives as ScopeFailedError.
+_ERRORS: dict[str, type[VictorActorsError]] = {name: getattr(_errors, name) for name in _errors.__all__}
 
 
 def encode(payload: Mapping[str, Any]) -> bytes:
