@@ -45,7 +45,8 @@ def _documented(module: str) -> set[str]:
 
 
 @pytest.mark.parametrize(
-    "module", ["victor_actors", "victor_actors.lowlevel", "victor_actors.testing", "victor_actors.ray"]
+    "module",
+    ["victor_actors", "victor_actors.lowlevel", "victor_actors.testing", "victor_actors.ray", "victor_actors.remote"],
 )
 def test_api_md_documents_exactly_all(module: str) -> None:
     exported = set(importlib.import_module(module).__all__)
@@ -57,7 +58,8 @@ def test_api_md_documents_exactly_all(module: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "module", ["victor_actors", "victor_actors.lowlevel", "victor_actors.testing", "victor_actors.ray"]
+    "module",
+    ["victor_actors", "victor_actors.lowlevel", "victor_actors.testing", "victor_actors.ray", "victor_actors.remote"],
 )
 def test_every_exported_name_exists(module: str) -> None:
     mod = importlib.import_module(module)

@@ -38,6 +38,7 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("kernel", ["_kernel", "_txn"]),
     ("services", ["_durability", "_archive", "_tree", "_supervision", "_passivation", "_runs", "_tools", "_runtime"]),
     ("facade", ["_handle", "_manager"]),
+    ("remote", ["remote.*"]),
     (
         "on top",
         [

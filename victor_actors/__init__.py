@@ -24,6 +24,7 @@ from victor_actors._errors import (
     CheckpointNotFoundError,
     DeadlineExceededError,
     EncryptionKeyError,
+    OwnerUnavailableError,
     RuntimeClosedError,
     ScopeAccessError,
     ScopeClosedError,
@@ -48,6 +49,7 @@ from victor_actors._rollback import RollbackReport, RunFailedError, RunTimeoutEr
 from victor_actors._runs import Run, RunContext
 from victor_actors._state import ContextSnapshot, StateChanged
 from victor_actors._tools import ToolCall, ToolDispatcher
+from victor_actors.remote import RemoteStateManager, connect
 from victor_actors.store import Keyring
 
 logging.getLogger("victor_actors").addHandler(logging.NullHandler())
@@ -66,6 +68,8 @@ __all__ = [
     "EncryptionKeyError",
     "GlobalStateManager",
     "Keyring",
+    "OwnerUnavailableError",
+    "RemoteStateManager",
     "RollbackReport",
     "Run",
     "RunContext",
@@ -90,6 +94,7 @@ __all__ = [
     "VersionConflictError",
     "VictorActorsError",
     "__version__",
+    "connect",
     "current_run_id",
 ]
 

@@ -11,6 +11,7 @@ __all__ = [
     "CheckpointNotFoundError",
     "DeadlineExceededError",
     "EncryptionKeyError",
+    "OwnerUnavailableError",
     "RuntimeClosedError",
     "ScopeAccessError",
     "ScopeClosedError",
@@ -109,6 +110,22 @@ class BackpressureError(VictorActorsError):
 
 class RuntimeClosedError(VictorActorsError):
     """The manager was closed; no further requests are accepted."""
+
+
+class OwnerUnavailableError(VictorActorsError):
+    """The process that owns the scope could not be reached (an owner, or a Ray shard).
+
+    ``may_have_applied`` says whether the request may have been applied
+    before the owner went away: False means it certainly was not (it was a
+    read, or it was never sent); True means it may have been. A write the
+    client retried for you is applied at most once (by its batch id), so
+    sending it again after the owner is back is safe; or read the scope's
+    version to tell.
+    """
+
+    def __init__(self, message: str, *, may_have_applied: bool = True) -> None:
+        super().__init__(message)
+        self.may_have_applied = may_have_applied
 
 
 class CheckpointNotFoundError(VictorActorsError):

@@ -106,7 +106,9 @@ class ScopeHandle:
     def _cell(self) -> ScopeCell:
         """The scope's resident cell, brought back from the store (or memory) if it was evicted."""
         cell = self._cellref()
-        if cell is None or cell.evicted:
+        if cell is None or cell.evicted or self._kernel.forked:
+            if self._kernel.forked:
+                self._kernel.check_open(self.ref)
             cell = self._kernel.resolve(self.ref)
             self._cellref = weakref.ref(cell)
         return cell

@@ -84,6 +84,8 @@ class Kernel:
         self.read_only = store is not None and store.read_only
         self.durability = options.durability if store is not None else "memory"
         self.closed = False
+        self.forked = False  # this process is a fork of the one that opened the manager
+        self.closed_reason: str | None = None
         self.lock = threading.RLock()  # guards the registry, the child lists and the subscriptions
         self.cells: dict[ScopeRef, ScopeCell] = {}  # resident scopes only
         # resident children of each resident scope, in the order they became resident; a scope
@@ -203,7 +205,20 @@ class Kernel:
 
     def check_open(self, ref: ScopeRef) -> None:
         if self.closed:
-            raise RuntimeClosedError(f"the manager is closed; {ref} takes no requests")
+            raise RuntimeClosedError(self.closed_reason or f"the manager is closed; {ref} takes no requests")
+
+    def mark_forked(self, parent: int) -> None:
+        """In a forked child: nothing of this manager may be used here (its threads stayed behind)."""
+        self.forked = True
+        self.closed = True
+        self.closed_reason = (
+            f"this manager was opened in process {parent} and this process ({os.getpid()}) is a fork "
+            "of it: its actors, threads and store stayed in the parent, so nothing was done. Open the "
+            "manager after the fork (e.g. in gunicorn's post_fork hook, or without --preload), or let "
+            "one owner serve every worker: victor_actors.connect(url) (see docs/deploying.md)"
+        )
+        if self.store is not None:
+            self.store.forget_after_fork()
 
     def _try_send(self, cell: ScopeCell, message: Any, ask: bool) -> tuple[bool, Any]:
         """Put ``message`` in the live actor's mailbox (activating a passivated scope).
@@ -252,7 +267,7 @@ class Kernel:
     def dead(self, ref: ScopeRef) -> Exception:
         """The error for a request whose actor stopped under it."""
         if self.closed:
-            return RuntimeClosedError(f"the manager is closed; {ref} takes no requests")
+            return RuntimeClosedError(self.closed_reason or f"the manager is closed; {ref} takes no requests")
         return ScopeFailedError(f"{ref}'s actor is not running; nothing was applied")
 
     def tell(self, cell: ScopeCell, message: Any, deadline: float | None = None) -> None:

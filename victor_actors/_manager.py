@@ -72,6 +72,7 @@ class GlobalStateManager:
         self._kernel = self._runtime.kernel
         self._tree = self._runtime.tree
         self._durability = self._runtime.durability
+        self._server: Any = None  # the listener of open(listen=...), if any
         _open_managers.add(self)
         self._tree.ensure(GLOBAL_REF, None)
 
@@ -89,6 +90,9 @@ class GlobalStateManager:
         supervision: SupervisionPolicy | None = None,
         encryption: Keyring | None = None,
         encryption_migrate: bool = False,
+        lock_timeout: float = 0.0,
+        listen: str | list[str] | None = None,
+        token_file: str | os.PathLike[str] | None = None,
         **options: Unpack[OptionArgs],
     ) -> GlobalStateManager:
         """Open a manager: in memory (``path=None``) or on an LMDB store at ``path``.
@@ -117,19 +121,32 @@ class GlobalStateManager:
         refused unless ``encryption_migrate=True``, which first encrypts it
         (crash-safe: a rewrite swapped in by renames).
 
+        Other processes (see ``docs/deploying.md``): ``lock_timeout`` waits
+        that many seconds for another process to let go of the store (a
+        rolling update) before :class:`StoreLockedError`. ``listen``
+        (``"unix:///path/to/socket"`` or ``"tcp://host:port"``, or a list)
+        also serves this manager's scopes to other processes, which reach
+        them with ``victor_actors.connect(url)``; ``token_file`` holds the
+        token they must present (required for TCP beyond this machine).
+
         Raises:
-            StoreLockedError: another live manager owns ``path`` for writing.
+            StoreLockedError: another live manager owns ``path`` for writing
+                (for all of ``lock_timeout``).
             EncryptionKeyError: the keys do not fit the store; nothing was opened.
             ValueError: an option is out of range; nothing was opened.
             TypeError: an option has an unknown name; nothing was opened.
         """
         Options.of(dict(options))  # refuse bad options before the store is touched
+        if isinstance(lock_timeout, bool) or not isinstance(lock_timeout, (int, float)) or lock_timeout < 0:
+            raise ValueError(f"lock_timeout must be a number of seconds >= 0, not {lock_timeout!r}")
+        if listen is not None and read_only:
+            raise ValueError("listen needs a manager that owns its store (not read_only)")
         if path is None:
             if read_only:
                 raise ValueError("read_only needs a path")
             if encryption is not None:
                 raise ValueError("encryption needs a path: an in-memory manager stores nothing")
-            return cls(supervision=supervision, **options)
+            return cls(supervision=supervision, **options)._listen(listen, token_file)
         if encryption_migrate:
             if encryption is None or read_only:
                 raise ValueError("encryption_migrate needs a keyring and a writable store")
@@ -141,12 +158,33 @@ class GlobalStateManager:
             map_size=map_size,
             flush_interval=flush_interval,
             encryption=encryption,
+            lock_timeout=float(lock_timeout),
         )
         try:
-            return cls(store=store, supervision=supervision, **options)
+            manager = cls(store=store, supervision=supervision, **options)
         except BaseException:
             store.close()
             raise
+        return manager._listen(listen, token_file)
+
+    def _listen(
+        self, listen: str | list[str] | None, token_file: str | os.PathLike[str] | None
+    ) -> GlobalStateManager:
+        """Serve this manager to other processes (``open(listen=...)``); closed with the manager."""
+        if listen is None:
+            if token_file is not None:
+                self.close()
+                raise ValueError("token_file is for listen=; nothing was opened")
+            return self
+        try:
+            # The server sits on top of the facade: found by name at call time, as the inspector
+            # is (docs/adr/0013, 0021), never imported by this module.
+            remote = importlib.import_module("victor_actors.remote")
+            self._server = remote.serve(self, listen, token=remote.read_token(token_file))
+        except BaseException:
+            self.close()
+            raise
+        return self
 
     @classmethod
     def get_instance(cls) -> GlobalStateManager:
@@ -177,8 +215,13 @@ class GlobalStateManager:
         """Stop every scope actor and the event thread, flush the store. Idempotent.
 
         Requests already in a mailbox are answered first; later requests
-        raise :class:`RuntimeClosedError`.
+        raise :class:`RuntimeClosedError`. A manager opened with ``listen=``
+        first stops listening and lets the clients' requests in progress
+        finish.
         """
+        server, self._server = self._server, None
+        if server is not None and not self._kernel.forked:
+            server.close(drain=timeout)
         self._runtime.close(timeout)
         _open_managers.discard(self)
 
@@ -560,6 +603,14 @@ def _deprecated(old: str, new: str) -> None:
     warnings.warn(
         f"{old} is deprecated and goes in the next release; use {new}", DeprecationWarning, stacklevel=3
     )
+
+
+def _mark_forked() -> None:  # pragma: no cover - runs in a forked child
+    for manager in list(_open_managers):
+        manager._kernel.mark_forked(os.getppid())
+
+
+os.register_at_fork(after_in_child=_mark_forked)
 
 
 @atexit.register

@@ -15,6 +15,7 @@ from collections.abc import Callable
 import lmdb
 
 import victor_actors.bench as bench
+import victor_actors.remote._owner as owner
 import victor_actors.sim as sim
 import victor_actors.web as web
 from victor_actors import GlobalStateManager, Keyring, ScopeRef, VictorActorsError, __version__
@@ -154,6 +155,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     sim.add_parser(sub)
     web.add_parser(sub)
+    owner.add_parser(sub)
     bench.add_parser(sub)
     return parser
 
@@ -177,6 +179,8 @@ def main(argv: list[str] | None = None) -> int:
         return web.run_command(args, encryption=keyring)
     if args.command == "rekey":
         return _rekey(args)
+    if args.command in ("owner", "ping"):  # owns a store and serves it; asks an owner
+        return owner.run_command(args)
     check: Callable[[argparse.Namespace], None] | None = getattr(args, "check", None)
     if check is not None:  # the command's own options, checked before the store is opened
         try:

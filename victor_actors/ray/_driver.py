@@ -134,7 +134,7 @@ class _Lane:
                 return
             reply = w.decode(raw)
             if "e" in reply:
-                err = w.error_from(reply["e"], self.index)
+                err = w.error_from(reply["e"], f"shard {self.index}")
                 for item in batch:
                     if not item.future.done():
                         item.future.set_exception(err)
@@ -145,7 +145,7 @@ class _Lane:
                 if ok:
                     item.future.set_result(value)
                 else:
-                    item.future.set_exception(w.error_from(value, self.index))
+                    item.future.set_exception(w.error_from(value, f"shard {self.index}"))
         finally:
             if counted:
                 self.inflight -= 1

@@ -28,6 +28,7 @@ from __future__ import annotations
 import fcntl
 import os
 import struct
+import time
 from typing import IO
 
 from victor_actors._errors import CheckpointCorruptError, StoreLockedError
@@ -155,24 +156,51 @@ def _fill_free_tail(path: str, needed: int) -> None:
 class OwnerLock:
     """An exclusive lock on a store's data file, held for as long as one manager owns the store."""
 
-    def __init__(self, store_path: str, data_file: str) -> None:
+    def __init__(self, store_path: str, data_file: str, timeout: float = 0.0) -> None:
+        """Take the lock, waiting up to ``timeout`` seconds for another owner to let go of it.
+
+        Raises:
+            StoreLockedError: another live process held it for the whole ``timeout``.
+        """
         self._file: IO[bytes] | None = None
         self._store_path = store_path
         handle = open(data_file, "ab")  # creates an empty data file for a new store
-        try:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            handle.close()
-            raise StoreLockedError(
-                f"{store_path!r} is owned by another live manager; nothing was opened "
-                "(open it with read_only=True to inspect it)"
-            ) from None
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                left = deadline - time.monotonic()
+                if left > 0:
+                    # flock cannot be waited on with a deadline: poll (another process holds it,
+                    # there is nothing in this one to wait on)
+                    time.sleep(min(0.05, left))
+                    continue
+                handle.close()
+                waited = f" for {timeout:g} s" if timeout > 0 else ""
+                raise StoreLockedError(
+                    f"{store_path!r} is owned by another live process (waited{waited or ' not at all'}); "
+                    "nothing was opened (open it with read_only=True to inspect it, connect to its owner "
+                    "with victor_actors.connect, or give lock_timeout to wait for it)"
+                ) from None
         self._file = handle
         try:
             with open(os.path.join(store_path, "owner.lock"), "w") as note:
                 note.write(f"{os.getpid()}\n")  # for people; the lock is on the data file
         except OSError:
             pass
+
+    def forget(self) -> None:
+        """In a forked child: close this process's copy of the lock's file without unlocking.
+
+        ``flock`` belongs to the open file, which a fork shares: unlocking here
+        would unlock the parent. Closing the child's descriptor leaves the
+        parent the only holder, so the lock ends when the parent ends.
+        """
+        handle, self._file = self._file, None
+        if handle is not None:
+            handle.close()
 
     def release(self) -> None:
         handle, self._file = self._file, None

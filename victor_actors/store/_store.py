@@ -135,8 +135,10 @@ class Store:
         flush_interval: float = 0.05,
         max_batch: int = 2048,
         encryption: Keyring | None = None,
+        lock_timeout: float = 0.0,
     ) -> None:
         self.path = os.fspath(path)
+        self._lock_timeout = lock_timeout
         self.read_only = read_only
         self.codec = codec or Codec()
         self.flush_interval = flush_interval
@@ -190,7 +192,7 @@ class Store:
                 raise VictorActorsError(f"no victor_actors store at {self.path!r}")
         else:
             os.makedirs(data, exist_ok=True)
-            self._owner = OwnerLock(self.path, data_file)
+            self._owner = OwnerLock(self.path, data_file, self._lock_timeout)
         try:
             check_data_file(data_file)
             self.env = lmdb.open(
@@ -358,6 +360,16 @@ class Store:
             self._writer.close()
         self._closed = True
         self._close_env()
+
+    def forget_after_fork(self) -> None:
+        """In a forked child: drop this process's hold on the owner lock, leave everything else alone.
+
+        The LMDB environment and the writer's thread belong to the parent;
+        the child must not touch them (nor close them).
+        """
+        owner, self._owner = self._owner, None
+        if owner is not None:
+            owner.forget()
 
     def _release_lock(self) -> None:
         if self._owner is not None:

@@ -1,0 +1,540 @@
+"""The client's engine: one event loop, a lane per owner, retries, events and tool calls by long poll.
+
+Every request goes to its owner through that owner's *lane*, a coroutine on
+the client's private event loop (thread ``victor-actors-client``). A lane
+keeps at most :data:`IN_FLIGHT` calls outstanding; requests that arrive
+meanwhile wait and leave together in the next call (up to
+:data:`MAX_OPS`). A lone caller pays one call per request; a thousand
+callers share a call per few hundred microseconds.
+
+A call whose owner could not be reached (the connection dropped, the owner
+restarting) is sent again once the owner is back, each write marked as a
+retry so the owner applies it at most once (by batch id); when the
+request's deadline passes first, it fails with
+:class:`OwnerUnavailableError`, which says whether it may have been
+applied. Long polls (events, tool calls) bypass the lanes: they wait at the
+owner and must never hold a lane's slot.
+
+A client made before ``os.fork()`` (gunicorn ``--preload``) starts its loop
+and its connections afresh in the child on first use: threads and sockets
+do not survive a fork, and two processes must never share one connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import os
+import threading
+import time
+import uuid
+import weakref
+from collections.abc import Callable, Coroutine, Iterable, Mapping
+from typing import Any, TypeVar
+
+from victor_actors._errors import (
+    DeadlineExceededError,
+    OwnerUnavailableError,
+    RuntimeClosedError,
+    ScopeFailedError,
+    VictorActorsError,
+)
+from victor_actors._model import ScopeRef
+from victor_actors._state import StateChanged
+from victor_actors._tools import ToolCall
+from victor_actors._values import thaw
+from victor_actors.remote import _wire as w
+from victor_actors.remote._transport import Transport
+
+T = TypeVar("T")
+
+__all__ = ["IN_FLIGHT", "MAX_OPS", "RETRY_PAUSE", "Client", "Subscription"]
+
+IN_FLIGHT = 2  # calls outstanding per owner
+MAX_OPS = 1000  # operations per call
+RETRY_PAUSE = 0.2  # seconds between attempts to reach an owner that went away
+WRITES = frozenset({"apply", "commit", "restore", "checkpoint", "rollback", "fork", "run_end"})
+NOT_RETRIED = frozenset({"fork"})  # not idempotent: a second attempt would find the first one's fork
+
+_clients: weakref.WeakSet[Client] = weakref.WeakSet()
+
+
+class _Item:
+    __slots__ = ("attempts", "deadline", "future", "op", "reached")
+
+    def __init__(self, op: dict[str, Any], deadline: float, future: asyncio.Future[Any]) -> None:
+        self.op = op
+        self.deadline = deadline
+        self.future = future
+        self.attempts = 0
+        self.reached = False  # some attempt may have reached the owner
+
+
+class Lane:
+    """One owner's queue and its outstanding calls (runs on the client's loop)."""
+
+    def __init__(self, client: Client, index: int, transport: Transport) -> None:
+        self.client = client
+        self.index = index
+        self.transport = transport
+        self.queue: list[_Item] = []
+        self.inflight = 0
+        self.calls = 0
+
+    def submit(self, item: _Item) -> None:
+        if item.op["k"] in self.client.BYPASS:
+            # a step that may wait at the owner (a 2PC step) never takes a lane's slot
+            self.client._loop.create_task(self._send([item], counted=False))
+            return
+        self.queue.append(item)
+        self._pump()
+
+    def _pump(self) -> None:
+        loop = self.client._loop
+        while self.queue and self.inflight < IN_FLIGHT:
+            batch, self.queue = self.queue[:MAX_OPS], self.queue[MAX_OPS:]
+            self.inflight += 1
+            loop.create_task(self._send(batch))
+
+    async def _send(self, batch: list[_Item], counted: bool = True) -> None:
+        try:
+            for item in batch:
+                item.attempts += 1
+            payload = w.encode({"ops": tuple(i.op for i in batch)})
+            self.calls += 1
+            try:
+                raw = await self.transport.call(payload)
+            except self.transport.unreachable as exc:
+                self._retry(batch, exc)
+                return
+            except VictorActorsError as exc:  # a typed refusal at the door (a wrong token)
+                for item in batch:
+                    if not item.future.done():
+                        item.future.set_exception(exc)
+                return
+            except Exception as exc:
+                for item in batch:
+                    if not item.future.done():
+                        item.future.set_exception(
+                            ScopeFailedError(
+                                f"{self.transport.where} failed the call: {type(exc).__name__}: {exc}"
+                            )
+                        )
+                return
+            where = self.transport.where
+            try:
+                reply = w.decode(raw)
+                if "e" in reply:
+                    err = w.error_from(reply["e"], where)
+                    for item in batch:
+                        if not item.future.done():
+                            item.future.set_exception(err)
+                    return
+                results = reply["r"]
+                if len(results) != len(batch):
+                    raise ScopeFailedError(f"{where} answered {len(results)} of {len(batch)} operations")
+            except (VictorActorsError, KeyError, TypeError) as exc:
+                for item in batch:
+                    if not item.future.done():
+                        item.future.set_exception(
+                            ScopeFailedError(f"{where} sent an unreadable reply: {exc}")
+                        )
+                return
+            for item, (ok, value) in zip(batch, results, strict=True):
+                if item.future.done():
+                    continue
+                if ok:
+                    item.future.set_result(value)
+                else:
+                    item.future.set_exception(w.error_from(value, where))
+        finally:
+            if counted:
+                self.inflight -= 1
+                self._pump()
+
+    def _retry(self, batch: list[_Item], exc: BaseException) -> None:
+        client = self.client
+        now = time.monotonic()
+        again = []
+        sent = getattr(exc, "sent", True)  # a transport that cannot tell: it may have arrived
+        for item in batch:
+            if item.future.done():
+                continue
+            item.reached = item.reached or sent
+            write = item.op["k"] in WRITES
+            if now + RETRY_PAUSE >= item.deadline or client.closed or (write and item.op["k"] in NOT_RETRIED):
+                item.future.set_exception(
+                    client._unavailable(
+                        self.index,
+                        f"{self.transport.where} could not be reached before the request's deadline "
+                        f"({exc}); "
+                        + (
+                            "the request may have been applied (retry it: retries apply at most once)"
+                            if write and item.reached
+                            else "nothing was applied"
+                        ),
+                        may_have_applied=write and item.reached,
+                    )
+                )
+                continue
+            if item.op["k"] == "apply":
+                item.op["rt"] = True  # the first attempt's outcome is unknown: look it up first
+            again.append(item)
+        client.counters["retries"] += len(again)
+        if again:
+
+            def resend() -> None:
+                for i in again:
+                    self.submit(i)
+
+            client._loop.call_later(RETRY_PAUSE, resend)
+
+
+class Subscription:
+    """A client-side subscription to one scope's commits; ``close()`` ends it."""
+
+    def __init__(self, client: Client, ref: ScopeRef, owner: int, callback: Callable[..., object]):
+        self.ref = ref
+        self.owner = owner
+        self._callback = callback
+        self._client = client
+        self.closed = False
+        self.delivered = 0  # the last version delivered
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self._client._unsubscribe(self)
+
+
+class Client:
+    """The engine under :class:`RemoteStateManager` (one owner) and the Ray manager (one per shard).
+
+    Subclasses give the transports and may override :meth:`_unavailable`
+    (the error for an owner that could not be reached) and ``BYPASS`` (the
+    operations that never wait in a lane).
+    """
+
+    BYPASS: frozenset[str] = frozenset()
+
+    def __init__(self, transports: Callable[[], list[Transport]], request_timeout: float) -> None:
+        self._make_transports = transports
+        self.request_timeout = request_timeout
+        self.closed = False
+        self.client_id = uuid.uuid4().hex
+        self.counters: dict[str, int] = {"retries": 0}
+        self._subs: dict[int, list[Subscription]] = {}
+        self._tools: dict[str, tuple[Callable[..., Any], float]] = {}
+        self._start()
+        _clients.add(self)
+
+    def _start(self) -> None:
+        """The loop thread, the transports and the delivery thread (again in a forked child)."""
+        self._pid = os.getpid()
+        self._transports = self._make_transports()
+        self._events: list[tuple[Subscription, StateChanged]] = []
+        self._events_cv = threading.Condition()
+        self._loop = asyncio.new_event_loop()
+        started = threading.Event()
+        self._thread = threading.Thread(
+            target=self._run_loop, args=(started,), name="victor-actors-client", daemon=True
+        )
+        self._thread.start()
+        started.wait()
+        self._lanes = [Lane(self, n, t) for n, t in enumerate(self._transports)]
+        self._pollers: dict[int, concurrent.futures.Future[None]] = {}
+        self._tool_pollers: dict[int, concurrent.futures.Future[None]] = {}
+        self._delivery = threading.Thread(target=self._deliver, name="victor-actors-events", daemon=True)
+        self._delivery.start()
+        if self._tools:
+            self._start_tool_pollers()
+        for owner in list(self._subs):
+            self._start_poller(owner)
+
+    def _after_fork(self) -> None:
+        """In a forked child: nothing of the parent's loop or connections is usable; start afresh."""
+        self._start()
+
+    def _run_loop(self, started: threading.Event) -> None:
+        asyncio.set_event_loop(self._loop)
+        self._loop.call_soon(started.set)
+        self._loop.run_forever()
+
+    # -- plumbing ---------------------------------------------------------------
+
+    def _check(self) -> None:
+        if self._pid < 0:
+            self._after_fork()
+        if self.closed:
+            raise RuntimeClosedError(f"{type(self).__name__} was closed; nothing was applied")
+
+    def _sync(self, coro: Coroutine[Any, Any, T]) -> T:
+        if self._pid < 0:
+            self._after_fork()
+        if threading.current_thread() is self._thread:
+            coro.close()
+            raise RuntimeError(f"a {type(self).__name__}'s sync methods cannot run on its own event loop")
+        return asyncio.run_coroutine_threadsafe(self._guard(coro), self._loop).result()
+
+    async def _guard(self, coro: Coroutine[Any, Any, T]) -> T:
+        return await coro
+
+    async def _on_loop(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run ``coro`` on the client's loop, from whatever loop the caller is on."""
+        if self._pid < 0:
+            self._after_fork()
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is self._loop:
+            return await coro
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(self._guard(coro), self._loop))
+
+    def _unavailable(self, owner: int, message: str, *, may_have_applied: bool) -> VictorActorsError:
+        return OwnerUnavailableError(message, may_have_applied=may_have_applied)
+
+    async def _ask(self, owner: int, op: dict[str, Any], timeout: float | None) -> Any:
+        self._check()
+        wait = self.request_timeout if timeout is None else timeout
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is self._loop or running is None:
+            return await self._ask_here(owner, op, wait)
+        # From the caller's own loop: hand the request to the client's loop and get the answer back
+        # with one call_soon_threadsafe each way (no task, no wait_for on the hot path).
+        answer: asyncio.Future[Any] = running.create_future()
+
+        def deliver(src: asyncio.Future[Any]) -> None:  # on the client's loop
+            try:
+                running.call_soon_threadsafe(_copy_outcome, src, answer)
+            except RuntimeError:  # the caller's loop is closed: nobody waits any more
+                pass
+
+        def submit() -> None:
+            self._submit(owner, op, wait).add_done_callback(deliver)
+
+        self._loop.call_soon_threadsafe(submit)
+        return await answer
+
+    def _submit(self, owner: int, op: dict[str, Any], wait: float) -> asyncio.Future[Any]:
+        """Queue ``op`` on its lane (on the client's loop); the future fails at the deadline if unanswered."""
+        future: asyncio.Future[Any] = self._loop.create_future()
+        op.setdefault("to", wait)
+        self._lanes[owner].submit(_Item(op, time.monotonic() + wait, future))
+        timer = self._loop.call_later(wait + RETRY_PAUSE * 2, _expire, future, self._lanes[owner], wait)
+        future.add_done_callback(lambda _f: timer.cancel())
+        return future
+
+    async def _ask_here(self, owner: int, op: dict[str, Any], wait: float) -> Any:
+        return await self._submit(owner, op, wait)
+
+    async def _direct(self, owner: int, op: dict[str, Any]) -> Any:
+        """One operation in a call of its own, outside the lanes (long polls); raises as received."""
+        transport = self._transports[owner]
+        ok, value = w.decode(await transport.call(w.encode({"ops": (op,)})))["r"][0]
+        if not ok:
+            raise w.error_from(value, transport.where)
+        return value
+
+    # -- events ------------------------------------------------------------------------
+
+    def _subscribe(
+        self, ref: ScopeRef, owner: int, version: int, callback: Callable[..., object]
+    ) -> Subscription:
+        if not callable(callback):
+            raise TypeError("subscribe takes a callable")
+        self._check()
+        sub = Subscription(self, ref, owner, callback)
+        sub.delivered = version
+        self._subs.setdefault(owner, []).append(sub)
+        self._start_poller(owner)
+        return sub
+
+    def _start_poller(self, owner: int) -> None:
+        if owner not in self._pollers:
+            self._pollers[owner] = asyncio.run_coroutine_threadsafe(self._poll(owner), self._loop)
+
+    def _unsubscribe(self, sub: Subscription) -> None:
+        subs = self._subs.get(sub.owner, [])
+        if sub in subs:
+            subs.remove(sub)
+
+    async def _poll(self, owner: int) -> None:
+        while not self.closed:
+            subs = [s for s in self._subs.get(owner, []) if not s.closed]
+            if not subs:
+                await asyncio.sleep(0.05)
+                continue
+            after: dict[str, int] = {}
+            for s in subs:
+                key = str(s.ref)
+                after[key] = min(after.get(key, s.delivered), s.delivered)
+            try:
+                events = await self._direct(owner, {"k": "poll", "w": tuple(after.items()), "wait": 0.5})
+            except Exception:
+                await asyncio.sleep(RETRY_PAUSE)
+                continue
+            out = []
+            for payload_event in events:
+                record = w.record_from(payload_event)
+                for s in subs:
+                    if s.ref == record.ref and record.new_version > s.delivered and not s.closed:
+                        s.delivered = record.new_version
+                        out.append((s, record))
+            if out:
+                with self._events_cv:
+                    self._events.extend(out)
+                    self._events_cv.notify()
+
+    def _deliver(self) -> None:
+        while True:
+            with self._events_cv:
+                while not self._events and not self.closed:
+                    self._events_cv.wait()
+                if self.closed and not self._events:
+                    return
+                batch, self._events = self._events, []
+            for sub, record in batch:
+                if not sub.closed:
+                    try:
+                        sub._callback(record)
+                    except Exception:
+                        pass
+
+    # -- tools ------------------------------------------------------------------------
+
+    def _register_tool(self, name: str, fn: Callable[..., Any], timeout: float) -> None:
+        if not isinstance(name, str) or not name:
+            raise TypeError("a tool name is a non-empty str")
+        if not callable(fn):
+            raise TypeError("a tool executor must be callable")
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+            raise ValueError("a tool's timeout must be a positive number of seconds")
+        self._check()
+        self._tools[name] = (fn, float(timeout))
+        self._sync(self._register_tools())
+        self._start_tool_pollers()
+
+    def _start_tool_pollers(self) -> None:
+        for owner in range(len(self._transports)):
+            if owner not in self._tool_pollers:
+                self._tool_pollers[owner] = asyncio.run_coroutine_threadsafe(
+                    self._tool_poll(owner), self._loop
+                )
+
+    async def _register_tools(self, owners: Iterable[int] | None = None) -> None:
+        table = tuple((n, t) for n, (_, t) in self._tools.items())
+        targets = range(len(self._transports)) if owners is None else owners
+        op = {"k": "tools", "t": table, "cid": self.client_id}
+        await asyncio.gather(*(self._ask_here(n, dict(op), self.request_timeout) for n in targets))
+
+    async def _tool_poll(self, owner: int) -> None:
+        registered_with = self._instance(owner)
+        while not self.closed:
+            try:
+                calls = await self._direct(owner, {"k": "tool_poll", "cid": self.client_id, "wait": 0.5})
+                if self._instance(owner) != registered_with:  # a new owner: it must learn our tools
+                    raise ConnectionResetError("the owner restarted")
+            except Exception:  # the owner is away: once it is back, register again (it redelivers)
+                await asyncio.sleep(RETRY_PAUSE)
+                try:
+                    await self._register_tools((owner,))
+                    registered_with = self._instance(owner)
+                except VictorActorsError:
+                    pass
+                continue
+            for c in calls:
+                self._loop.create_task(self._run_tool(owner, c))
+
+    def _instance(self, owner: int) -> Any:
+        return getattr(self._transports[owner], "instance", None)
+
+    async def _run_tool(self, owner: int, c: Mapping[str, Any]) -> None:
+        fn, timeout = self._tools.get(str(c["name"]), (None, 0.0))
+        out: dict[str, Any] = {"k": "tool_done", "key": c["k"]}
+        try:
+            if fn is None:
+                raise LookupError(f"no executor for tool {c['name']!r} in this client")
+            call = ToolCall(
+                str(c["id"]),
+                str(c["name"]),
+                thaw(c["args"]),
+                ScopeRef.parse(c["scope"]),
+                bool(c["re"]),
+                c["run"],
+            )
+            if asyncio.iscoroutinefunction(fn):
+                value = await asyncio.wait_for(fn(call), timeout)
+            else:
+                value = await asyncio.wait_for(asyncio.to_thread(fn, call), timeout)
+            out.update(ok=True, v=value)
+            w.encode(out)  # a result that cannot be stored is the tool's error, not a crash here
+        except Exception as exc:
+            out.update(ok=False, v=f"{type(exc).__name__}: {exc}")
+        try:
+            await self._ask_here(owner, out, self.request_timeout)
+        except VictorActorsError:
+            pass  # the owner restarted meanwhile: it delivers the request again
+
+    # -- closing ------------------------------------------------------------------------
+
+    def _close_client(self) -> None:
+        """Stop the loop, the pollers and the delivery thread; close the connections. Idempotent."""
+        if self.closed:
+            return
+        self.closed = True
+        _clients.discard(self)
+        with self._events_cv:
+            self._events_cv.notify_all()
+        if self._pid < 0:
+            return  # a forked child's copy: the parent's threads are not ours to stop
+        for poller in (*self._pollers.values(), *self._tool_pollers.values()):
+            poller.cancel()
+
+        async def stop() -> None:
+            for t in self._transports:
+                try:
+                    await t.aclose()
+                except Exception:
+                    pass
+            for task in asyncio.all_tasks(self._loop):
+                if task is not asyncio.current_task():
+                    task.cancel()
+            self._loop.call_soon(self._loop.stop)
+
+        try:
+            asyncio.run_coroutine_threadsafe(stop(), self._loop)
+        except RuntimeError:
+            return
+        self._thread.join(timeout=5)
+
+
+def _expire(future: asyncio.Future[Any], lane: Lane, wait: float) -> None:
+    if not future.done():
+        future.set_exception(
+            DeadlineExceededError(
+                f"{lane.transport.where} did not answer within {wait:g} s; a write may still be applied"
+            )
+        )
+
+
+def _copy_outcome(src: asyncio.Future[Any], dst: asyncio.Future[Any]) -> None:
+    if dst.done():
+        return
+    if src.cancelled():
+        dst.cancel()
+    elif src.exception() is not None:
+        dst.set_exception(src.exception())  # type: ignore[arg-type]
+    else:
+        dst.set_result(src.result())
+
+
+def _mark_forked() -> None:  # pragma: no cover - runs in a forked child
+    for client in list(_clients):
+        client._pid = -1  # the next call starts the loop and the connections afresh
+
+
+os.register_at_fork(after_in_child=_mark_forked)
