@@ -17,7 +17,7 @@ import pykka
 
 from victor_actors._events import Subscription
 from victor_actors._model import ScopeRef
-from victor_actors._state import ScopeState
+from victor_actors._state import ContextSnapshot, ScopeState
 
 __all__ = ["Observer", "ScopeCell", "mailbox_depth"]
 
@@ -57,6 +57,7 @@ class ScopeCell:
         "evicted",
         "failed_reason",
         "faults",
+        "fresh",
         "handle",
         "last_active",
         "lock",
@@ -76,6 +77,8 @@ class ScopeCell:
         self.ancestors = ancestors
         self.subscribers: tuple[Subscription, ...] = ()
         self.faults: list[BaseException | Callable[[], Any]] = []
+        # a read-only manager's last snapshot, with the store's newest transaction id when it was read
+        self.fresh: tuple[int, ContextSnapshot] | None = None
         self.durability = durability
         self.restarts = 0
         self.failed_reason: str | None = None  # set when supervision gave up on this scope

@@ -50,8 +50,11 @@ from victor_actors.store import (
     ScopeRecord,
     Store,
     TxnOp,
+    apply_record,
 )
 from victor_actors.store import checkpoint_id as _checkpoint_id
+
+CATCH_UP = 64  # a read-only reader replays at most this many new commits before it loads afresh
 
 __all__ = ["Durability", "parse_checkpoint_id"]
 
@@ -98,6 +101,8 @@ class Durability:
         self.store = kernel.store
         if self.store is not None and not self.store.read_only:
             kernel.persist = self
+        if self.store is not None and self.store.read_only:
+            kernel.fresh = self.fresh_snapshot
         self._trackers: weakref.WeakKeyDictionary[ScopeCell, _Tracker] = weakref.WeakKeyDictionary()
         self._lock = threading.Lock()  # around the map of trackers only
 
@@ -270,6 +275,50 @@ class Durability:
         self._forget(cell)  # the cell's state is set to this: its next checkpoint starts a new chain
         return loaded
 
+    # -- a read-only manager's reads -----------------------------------------
+
+    def fresh_snapshot(self, cell: ScopeCell) -> ContextSnapshot:
+        """A read-only manager's snapshot of ``cell``: the store's newest consistent cut.
+
+        Another process owns the store and keeps committing. Each read asks
+        LMDB for the newest write transaction's id (off its meta page, no
+        transaction); when it is the one the cell's last snapshot was read
+        at, that snapshot is still current. Otherwise the heads of the scope and
+        its ancestors are read in one read transaction (one cut: a
+        cross-scope batch writes all its heads in one transaction, so no
+        batch is half in it), and each scope whose head moved is loaded at
+        exactly that version (its newest checkpoint and the log after it).
+        So a snapshot is never torn, and never older than a commit the owner
+        acknowledged before the read began (``sync`` durability; an ``async``
+        commit is acknowledged before it is in the store).
+        """
+        store = self.store
+        assert store is not None
+        seen = cell.fresh
+        if seen is not None and seen[0] == store.last_txnid():
+            return seen[1]
+        chain = (cell, *cell.ancestors)
+        while True:
+            mark, heads = store.heads([c.state.ref for c in chain])
+            states: list[ScopeState] = []
+            for c in chain:
+                state = c.state
+                head = heads[state.ref]
+                if head is not None and head != state.version:
+                    if head < state.version:  # another reader loaded a later cut: read the cut again
+                        break
+                    state = _catch_up(store, state, head)
+                states.append(state)
+            else:
+                break
+        with self.kernel.publish_lock:
+            for c, state in zip(chain, states, strict=True):
+                if state.version > c.state.version:
+                    c.state = state
+        snapshot = ContextSnapshot(states[0], tuple(states[1:]))
+        cell.fresh = (mark, snapshot)
+        return snapshot
+
     # -- checkpoints --------------------------------------------------------
 
     def need_store(self) -> Store:
@@ -352,6 +401,27 @@ class Durability:
             ],
             wait=True,
         )
+        return state
+
+
+def _catch_up(store: Store, state: ScopeState, head: int) -> ScopeState:
+    """``state`` brought to version ``head``: the few commits since replayed, or a load at ``head``.
+
+    Stored commits up to a head never change, so they are read one by one;
+    a reader far behind (or one whose log was trimmed since) loads afresh.
+    """
+    if head - state.version <= CATCH_UP:
+        try:
+            for version in range(state.version + 1, head + 1):
+                state = apply_record(state, store.commit_record(state.ref, version))
+            return state
+        except VictorActorsError:
+            pass  # a record it cannot read: load from the newest checkpoint instead
+    try:
+        return store.load(state.ref, state.lineage, upto=head)[0]
+    except VictorActorsError:
+        # Damage the store cannot rebuild ``head`` past: serve what recovery could load (it was
+        # reported when the scope was loaded: ``manager.recovery_reports``), as an owner would.
         return state
 
 

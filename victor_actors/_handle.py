@@ -137,15 +137,22 @@ class ScopeHandle:
     @property
     def version(self) -> int:
         """The scope's current committed version."""
+        if self._kernel.fresh is not None:
+            return self.snapshot().version
         return self._cell.state.version
 
     def snapshot(self) -> ContextSnapshot:
         """An immutable view of this scope and its ancestors, in O(1).
 
         It reflects every commit acknowledged before the call, and never
-        changes afterwards.
+        changes afterwards. In a read-only manager (another process owns the
+        store), it is the store's newest consistent state: re-read when the
+        store has moved on since the last read, never torn.
         """
         cell = self._cell
+        fresh = self._kernel.fresh
+        if fresh is not None:
+            return fresh(cell)
         cells = cell.ancestors
         if not cells:
             return ContextSnapshot(cell.state)
@@ -161,6 +168,8 @@ class ScopeHandle:
 
     def to_dict(self) -> dict[str, Any]:
         """This scope's own key-value state as a plain, mutable deep copy."""
+        if self._kernel.fresh is not None:
+            return {key: thaw(value) for key, value in self.snapshot()._state.values.items()}
         return {key: thaw(value) for key, value in self._cell.state.values.items()}
 
     # -- writes ------------------------------------------------------------

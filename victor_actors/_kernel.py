@@ -39,7 +39,7 @@ from victor_actors._errors import (
 from victor_actors._events import EventBus, Subscription
 from victor_actors._model import ScopeRef
 from victor_actors._options import Options
-from victor_actors._state import ScopeState, StateChanged
+from victor_actors._state import ContextSnapshot, ScopeState, StateChanged
 from victor_actors.store import Store
 
 __all__ = ["Activator", "Kernel", "PersistPort", "Resolver", "RunLike"]
@@ -100,6 +100,9 @@ class Kernel:
         self.persist: PersistPort | None = None
         self.activator: Activator | None = None
         self.resolver: Resolver | None = None
+        # a read-only manager's reads: a snapshot at the store's newest consistent cut (the
+        # durability service's ``fresh_snapshot``); None for a manager that owns its scopes
+        self.fresh: Callable[[ScopeCell], ContextSnapshot] | None = None
         name = f"victor-actors-{next(_manager_ids)}"
         self.bus = EventBus(name)
         # Commit ids: unique per process and runtime; next() on a count is atomic.

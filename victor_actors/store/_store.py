@@ -855,6 +855,42 @@ class Store:
             raise CheckpointCorruptError(f"the head record of {ref} fails its checksum", ref=ref)
         return int(version)
 
+    def last_txnid(self) -> int:
+        """The id of the newest write transaction committed to the store, by any process.
+
+        Cheap (LMDB reads it off its meta page, no transaction): a reader
+        that saw the same id before knows nothing has changed since.
+        """
+        return int(self.env.info()["last_txnid"])
+
+    def heads(self, refs: list[ScopeRef]) -> tuple[int, dict[ScopeRef, int | None]]:
+        """The head versions of ``refs``, all read in one read transaction (one consistent cut),
+        and that transaction's id.
+
+        A cross-scope batch writes every scope's head in one write
+        transaction, so heads read together name a set of versions no batch
+        is half of. The id is the newest write transaction the read saw:
+        compare it with :meth:`last_txnid` to tell whether the store moved on
+        since (the meta page can name a newer id a moment before a new read
+        transaction sees it, so the id of the read itself is the one to keep).
+        Raises as :meth:`head` does.
+        """
+        log = self.dbs.get("log")
+        keys = [(ref, self.layout.head_key(ref)) for ref in refs]
+
+        def read() -> tuple[int, list[bytes | None]]:
+            with self.env.begin() as txn:
+                if log is None:
+                    return int(txn.id()), [None] * len(keys)
+                return int(txn.id()), [
+                    None if (raw := txn.get(key, db=log)) is None else bytes(raw) for _ref, key in keys
+                ]
+
+        txnid, raws = self._read(read)
+        return txnid, {
+            ref: self._parse_head(ref, key, raw) for (ref, key), raw in zip(keys, raws, strict=True)
+        }
+
     def probe(self, ref: ScopeRef) -> tuple[ScopeRecord | None, bool]:
         """``(scope_record(ref), has_records(ref))`` in one read transaction: what a lookup of a
         scope that is not in memory needs to tell "stored", "new" and "damaged" apart."""
