@@ -9,8 +9,10 @@ one ``write`` each, so a SIGKILL never leaves half a line.
 
 from __future__ import annotations
 
+import json
 import os
 import queue
+import re
 import select
 import signal
 import subprocess
@@ -303,3 +305,53 @@ def test_owner_refuses_to_start_with_one_clear_line(tmp_path: Path) -> None:
         assert none.returncode == 2 and "--socket" in none.stderr
     finally:
         assert first.stop() == 0
+
+
+def _recipe_commands() -> list[list[str]]:
+    """The commands of docs/deploying.md's Kubernetes recipe, as its YAML gives them."""
+    text = (ROOT / "docs" / "deploying.md").read_text()
+    yaml = text.split("```yaml\n", 1)[1].split("```", 1)[0]
+    found = re.findall(r"command: (\[.*?\])", yaml, re.S)
+    return [json.loads(" ".join(block.split())) for block in found]
+
+
+def test_the_kubernetes_recipe_runs_as_written(tmp_path: Path) -> None:
+    """The owner on TCP with a token, its probes, and a client with the token: docs/deploying.md's YAML."""
+    owner_cmd, ready, live = _recipe_commands()
+    token = tmp_path / "token"
+    token.write_text("a-shared-secret\n")
+    places = {
+        "/data/store": str(tmp_path / "store"),
+        "/tmp/owner.sock": str(tmp_path / "owner.sock"),
+        "/etc/agents/token": str(token),
+        "0.0.0.0:7400": "0.0.0.0:0",
+    }
+
+    def local(cmd: list[str]) -> list[str]:
+        out = []
+        for arg in cmd:
+            for old, new in places.items():
+                arg = arg.replace(old, new)
+            out.append(arg)
+        assert out[0] == "victor-actors"
+        return [sys.executable, "-m", "victor_actors", *out[1:]]
+
+    proc = subprocess.Popen(local(owner_cmd), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        tcp = re.search(r"tcp://[^ ]+", line)
+        assert tcp is not None, line
+        port = tcp.group(0).rsplit(":", 1)[1]
+        for probe in (ready, live):
+            assert subprocess.run(local(probe), capture_output=True, timeout=60).returncode == 0
+        url = f"tcp://127.0.0.1:{port}"
+        with victor_actors.connect(url, token_file=token, wait=30) as client:
+            client.get_team_state("t").set("x", 1)
+            assert client.get_team_state("t").get("x") == 1
+        with victor_actors.connect(url, request_timeout=5) as stranger:
+            with pytest.raises(victor_actors.ScopeAccessError, match="token"):
+                stranger.get_team_state("t")
+    finally:
+        proc.terminate()
+        assert proc.wait(30) == 0

@@ -395,7 +395,7 @@ def test_tcp_beyond_loopback_needs_a_token(tmp_path: Path) -> None:
     with pytest.raises(ScopeAccessError, match="token"):
         GlobalStateManager.open(tmp_path / "store", listen="tcp://0.0.0.0:0")
     with GlobalStateManager.open(tmp_path / "store", listen="tcp://127.0.0.1:0") as manager:
-        url = manager._server.urls[0]
+        url = manager.listening[0]
         with victor_actors.connect(url) as c:
             c.get_team_state("t").set("x", 1)
         assert manager.get_team_state("t").get("x") == 1

@@ -226,6 +226,12 @@ class GlobalStateManager:
         _open_managers.discard(self)
 
     @property
+    def listening(self) -> list[str]:
+        """The URLs this manager serves other processes at (``open(listen=...)``; a TCP port 0 resolved)."""
+        server = self._server
+        return [] if server is None else list(server.urls)
+
+    @property
     def store(self) -> Store | None:
         """The LMDB store, or None for an in-memory manager."""
         return self._kernel.store

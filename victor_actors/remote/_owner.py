@@ -122,8 +122,7 @@ def _owner(args: argparse.Namespace) -> int:
     except (VictorActorsError, OSError, ValueError) as exc:
         _err(exc)
         return 2
-    server = manager._server
-    where = " ".join(server.urls) if server is not None else ""
+    where = " ".join(manager.listening)
     # one write: a reader waiting for this line never sees half of it
     line = f"victor-actors owner: serving {os.path.abspath(args.path)} at {where} (pid {os.getpid()})\n"
     os.write(1, line.encode())
@@ -131,9 +130,7 @@ def _owner(args: argparse.Namespace) -> int:
         while not stop.wait(0.5):  # wake now and then: a signal handler runs between waits
             pass
     finally:
-        if server is not None:
-            server.close(drain=args.drain)
-        manager.close()
+        manager.close(timeout=args.drain)  # stops listening, drains the requests in progress, flushes
     os.write(1, b"victor-actors owner: stopped; every acknowledged commit is durable\n")
     return 0
 
