@@ -41,6 +41,10 @@ OPS = st.one_of(
     st.tuples(st.just("msg"), st.text(max_size=4)),
     st.tuples(st.just("cap"), st.sampled_from(["x", "y"]), st.one_of(st.booleans(), st.integers(0, 2))),
     st.tuples(st.just("stage"), st.sampled_from(["initial", "planning", "done"])),
+    st.tuples(st.just("pop")),
+    st.tuples(st.just("trunc"), st.integers(0, 4)),
+    st.tuples(st.just("drop"), st.integers(0, 3)),
+    st.tuples(st.just("clear")),
     st.tuples(st.just("bad_team"), st.sampled_from(KEYS)),
     st.tuples(st.just("bad_global"), st.sampled_from(KEYS)),
 )
@@ -63,6 +67,14 @@ def _build(ops: list[tuple[Any, ...]]) -> TransitionBatch:
             batch.update_capability(op[1], op[2])
         elif kind == "stage":
             batch.update_stage(op[1])
+        elif kind == "pop":
+            batch.pop_message()
+        elif kind == "trunc":
+            batch.truncate_messages(op[1])
+        elif kind == "drop":
+            batch.drop_messages(op[1])
+        elif kind == "clear":
+            batch.clear_messages()
         elif kind == "bad_team":
             batch.update_state(op[1], 1, scope="team")
         else:
@@ -84,6 +96,8 @@ class _Model:
         before = dict(self.values)
         touched: set[str] = set()
         other = False
+        old = len(self.messages)
+        kept = old  # the old log's messages still there: a removal of one of them is a change
         for op in ops:
             kind = op[0]
             if kind in ("set", "own"):
@@ -94,13 +108,26 @@ class _Model:
                 touched.add(op[1])
             elif kind == "msg":
                 self.messages.append({"role": "user", "content": op[1]})
-                other = True
+            elif kind in ("pop", "trunc", "drop", "clear"):
+                n = len(self.messages)
+                if kind == "pop":
+                    length = n - 1
+                elif kind == "trunc":
+                    length = op[1]
+                elif kind == "drop":
+                    length = n - op[1]
+                else:
+                    length = 0
+                del self.messages[max(0, length) :]
+                kept = min(kept, len(self.messages))
             elif kind == "cap":
                 self.caps[op[1]] = op[2]
                 other = True
             elif kind == "stage":
                 self.stage = op[1]
                 other = True
+        # The log changed if it lost an old message or holds a new one.
+        other = other or kept < old or len(self.messages) > kept
         # A key counts as changed unless it was absent both before and after.
         return other or any(k in before or k in self.values for k in touched)
 

@@ -547,3 +547,26 @@ def test_a_tool_pending_when_its_shard_restarts_is_delivered_again(manager: RayS
     assert "k1" not in snap.pending_tool_requests
     assert [c.redelivery for c in calls][-1] is True  # delivered again, with the same key
     assert {c.request_id for c in calls} == {"k1"}
+
+
+def test_message_removals_and_their_rollback_on_the_shards(manager: RayStateManager) -> None:
+    """Pop, truncate and clear in a conversation off home and in global (at home), a cross-shard batch
+    that removes in both, and a run that removes in both rolled back: the shards' rollback puts the
+    messages back (docs/adr/0024)."""
+    (a,) = _on_shard(manager, 1 - HOME, "rm-a")
+    g = manager.get_global_state()
+    a.apply(TransitionBatch().add_messages(["a0", "a1", "a2"]))
+    g.apply(TransitionBatch().add_messages(["g0", "g1"]))
+    assert a.apply(TransitionBatch().pop_message()).removed_messages == ("a2",)
+    rec = a.apply(TransitionBatch().truncate_messages(1).pop_message(scope="global"))
+    assert {str(r.ref): r.removed_messages for r in (rec, *rec.related)} == {
+        str(a.ref): ("a1",),
+        "global:global": ("g1",),
+    }
+    g.apply(TransitionBatch().add_messages(["g2", "g3"]))
+    with pytest.raises(RunFailedError) as info, manager.run("s1"):
+        a.apply(TransitionBatch().clear_messages().add_message("run").drop_messages(2, scope="global"))
+        raise RuntimeError("the agent failed")
+    assert not info.value.rollback_report.conflicts
+    assert sorted(s.messages_restored for s in info.value.rollback_report.scopes) == [1, 2]
+    assert list(a.snapshot().messages) == ["a0"] and list(g.snapshot().messages) == ["g0", "g2", "g3"]

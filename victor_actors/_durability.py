@@ -83,14 +83,31 @@ class _Tracker:
     checkpoint fell back all use it).
     """
 
-    __slots__ = ("base", "fresh", "lock", "noted", "touched")
+    __slots__ = ("base", "cuts", "fresh", "lock", "noted", "touched")
 
     def __init__(self) -> None:
         self.base: CheckpointBase | None = None
         self.touched: dict[str, int] = {}
+        # Commits that removed messages (pop, truncate, clear: docs/adr/0024), as (version, the log's
+        # length they cut it to), versions rising and lengths strictly rising: a later cut to a length
+        # at or below an earlier one's makes that one irrelevant to every question asked of it.
+        self.cuts: list[tuple[int, int]] = []
         self.noted = 0
         self.fresh = True  # no reset seen: the cell's state descends from the one it started with
         self.lock = threading.Lock()
+
+    def cut_below(self, after: int, n: int) -> bool:
+        """Whether a commit after version ``after`` cut the message log below ``n`` messages.
+
+        A checkpoint's message chunks tile its first ``n`` messages; once a
+        commit removed any of them, a log that grew back past ``n`` is no longer
+        an extension of them (its last message may even be the same object),
+        so the next checkpoint starts a new root.
+        """
+        for version, cut in self.cuts:
+            if version > after:
+                return cut < n
+        return False
 
 
 class Durability:
@@ -126,11 +143,18 @@ class Durability:
             if reset:
                 tracker.base = None
                 tracker.touched.clear()
+                tracker.cuts.clear()
                 tracker.fresh = False
-            elif tracker.base is not None:
+                return
+            if tracker.base is not None:
                 touched = tracker.touched
                 for change in record.changes:
                     touched[change.key] = version
+            if record.removed_messages and (tracker.base is not None or tracker.fresh):
+                cuts, cut = tracker.cuts, record.first_message_index
+                while cuts and cuts[-1][1] >= cut:
+                    cuts.pop()
+                cuts.append((version, cut))
 
     def _forget(self, cell: ScopeCell) -> None:
         """The cell's state was replaced from outside its commits: its next checkpoint is full."""
@@ -150,11 +174,16 @@ class Durability:
             base = tracker.base
             touched = None
             if base is not None and base.version <= state.version:
-                touched = [k for k, v in tracker.touched.items() if v > base.version]
+                if tracker.cut_below(base.version, base.n):
+                    base = None  # messages the base's chunks hold were removed since: a new root
+                else:
+                    touched = [k for k, v in tracker.touched.items() if v > base.version]
             elif base is None and tracker.fresh:
                 # the cell's first checkpoint: build on the one its state was loaded from, if
                 # the store can tell it descends from that load (values in full: touched None)
                 base = store.base_after_load(state.ref, state)
+                if base is not None and tracker.cut_below(0, base.n):
+                    base = None
             else:
                 base = None
 
@@ -173,6 +202,7 @@ class Durability:
                 tracker.base = planned
                 floor = planned.version
                 tracker.touched = {k: v for k, v in tracker.touched.items() if v > floor}
+                tracker.cuts = [c for c in tracker.cuts if c[0] > floor]
         return op
 
     # -- the commit path ----------------------------------------------------

@@ -124,6 +124,10 @@ class TransitionType(enum.StrEnum):
     UPDATE_CAPABILITY = "update_capability"
     UPDATE_STAGE = "update_stage"
     BATCH = "batch"
+    # Message removal (docs/adr/0024): after the seed's eleven, so their order and values stay.
+    POP_MESSAGE = "pop_message"
+    TRUNCATE_MESSAGES = "truncate_messages"
+    CLEAR_MESSAGES = "clear_messages"
 
     def __str__(self) -> str:
         return self.value
@@ -148,6 +152,9 @@ _FIELDS: dict[TransitionType, tuple[frozenset[str], frozenset[str]]] = {
     TransitionType.UPDATE_CAPABILITY: (frozenset({"capability"}), frozenset({"value", "scope"})),
     TransitionType.UPDATE_STAGE: (frozenset({"stage"}), frozenset({"scope"})),
     TransitionType.BATCH: (frozenset({"transitions"}), frozenset()),
+    TransitionType.POP_MESSAGE: (frozenset(), frozenset({"scope"})),
+    TransitionType.TRUNCATE_MESSAGES: (frozenset(), frozenset({"length", "drop", "scope"})),
+    TransitionType.CLEAR_MESSAGES: (frozenset(), frozenset({"scope"})),
 }
 
 
@@ -186,6 +193,19 @@ def _scope_target(ttype: TransitionType, value: Any) -> str:
         return StateScope.coerce(value).value
     except TransitionValidationError:
         raise _bad(ttype, "scope", f"names no scope: {value!r}") from None
+
+
+def _check_truncate(ttype: TransitionType, data: Mapping[str, Any]) -> None:
+    """TRUNCATE_MESSAGES names exactly one of ``length`` (messages kept) or ``drop`` (messages removed)."""
+    given = [f for f in ("length", "drop") if f in data]
+    if not given:
+        raise _bad(ttype, "length", "is required, or 'drop' (keep a length, or drop a suffix)")
+    if len(given) == 2:
+        raise _bad(ttype, "drop", "cannot be given with 'length' (keep a length, or drop a suffix)")
+    field = given[0]
+    value = data[field]
+    if value.__class__ is not int or value < 0:
+        raise _bad(ttype, field, f"must be a non-negative int, got {_short(value)}")
 
 
 def _validate(ttype: TransitionType, data: dict[str, Any]) -> dict[str, Any]:
@@ -240,6 +260,8 @@ def _validate(ttype: TransitionType, data: dict[str, Any]) -> dict[str, Any]:
         data.setdefault("value", True)
     elif ttype is TransitionType.UPDATE_STAGE:
         _need_str(ttype, data, "stage")
+    elif ttype is TransitionType.TRUNCATE_MESSAGES:
+        _check_truncate(ttype, data)
     frozen: dict[str, Any] = {}
     for key, value in data.items():
         try:
@@ -270,7 +292,16 @@ class StateTransition:
     UPDATE_CAPABILITY  ``capability`` (``name`` is accepted too); optional ``value`` (default True)
     UPDATE_STAGE       ``stage``
     BATCH              ``transitions`` (StateTransition objects)
+    POP_MESSAGE        optional ``scope``: removes the last message, if any
+    TRUNCATE_MESSAGES  ``length`` (keep the first ``length``) or ``drop``
+                       (remove the last ``drop``); optional ``scope``
+    CLEAR_MESSAGES     optional ``scope``: removes every message
     ================== =====================================================
+
+    A removal of messages that are not there removes what there is (a pop
+    of an empty log, a truncate to a length the log does not reach): like a
+    delete of a missing key, it changes nothing. The commit record's
+    ``removed_messages`` holds what a batch removed.
 
     Raises:
         TransitionValidationError: naming the type and the field, when a
@@ -431,6 +462,26 @@ class TransitionBatch:
         if reason is not None:
             data["reason"] = reason
         return self._push(TransitionType.CLOSE_SESSION, data)
+
+    def pop_message(self, *, scope: StateScope | ScopeRef | str | None = None) -> TransitionBatch:
+        """Remove the last message (none if the log is empty); the commit's ``removed_messages`` holds it."""
+        return self._push(TransitionType.POP_MESSAGE, {"scope": scope})
+
+    def truncate_messages(
+        self, length: int, *, scope: StateScope | ScopeRef | str | None = None
+    ) -> TransitionBatch:
+        """Keep the first ``length`` messages and remove the rest."""
+        return self._push(TransitionType.TRUNCATE_MESSAGES, {"length": length, "scope": scope})
+
+    def drop_messages(
+        self, count: int, *, scope: StateScope | ScopeRef | str | None = None
+    ) -> TransitionBatch:
+        """Remove the last ``count`` messages (all of them, if there are fewer)."""
+        return self._push(TransitionType.TRUNCATE_MESSAGES, {"drop": count, "scope": scope})
+
+    def clear_messages(self, *, scope: StateScope | ScopeRef | str | None = None) -> TransitionBatch:
+        """Remove every message."""
+        return self._push(TransitionType.CLEAR_MESSAGES, {"scope": scope})
 
     def extend(self, other: TransitionBatch | Iterable[StateTransition]) -> TransitionBatch:
         """Append another batch's transitions (and merge its metadata)."""

@@ -39,6 +39,9 @@ _EXECUTE_TOOL = _T.EXECUTE_TOOL
 _TOOL_RESULT = _T.TOOL_RESULT
 _CREATE_SESSION = _T.CREATE_SESSION
 _CLOSE_SESSION = _T.CLOSE_SESSION
+_POP_MESSAGE = _T.POP_MESSAGE
+_TRUNCATE_MESSAGES = _T.TRUNCATE_MESSAGES
+_CLEAR_MESSAGES = _T.CLEAR_MESSAGES
 
 
 def _fail(exc: VictorActorsError, index: int, transition: StateTransition) -> VictorActorsError:
@@ -122,6 +125,10 @@ def reduce(
     old_values: dict[str, Any] = {}
     old_caps: dict[str, Any] = {}
     added: list[Any] = []
+    # The new log is the old one's first ``keep`` messages, then ``added``: removals lower ``keep``
+    # once they have removed everything the batch added.
+    old_len = keep = len(state.messages)
+    answered = False  # a TOOL_RESULT settled a pending request (its message may have been removed since)
     stage = state.stage
     stage_set = False
     tool_requests: list[Any] = []
@@ -191,6 +198,7 @@ def reduce(
                         # answered already, or never asked: a result is applied at most once
                         raise TransitionValidationError(f"no pending tool request {request_id!r}")
                     del pending[request_id]
+                    answered = True
                 added.append(
                     FrozenDict._wrap(
                         {
@@ -218,6 +226,23 @@ def reduce(
                         "(apply it to that session's scope)"
                     )
                 closed = True
+            elif tt is _POP_MESSAGE:
+                if added:
+                    added.pop()
+                elif keep:
+                    keep -= 1
+            elif tt is _TRUNCATE_MESSAGES:
+                length = d.get("length")
+                if length is None:
+                    length = max(0, keep + len(added) - d["drop"])
+                if length < keep:
+                    keep = length
+                    added.clear()
+                else:
+                    del added[length - keep :]
+            elif tt is _CLEAR_MESSAGES:
+                keep = 0
+                added.clear()
             else:  # BATCH is flattened before it gets here
                 raise TransitionValidationError(f"{tt.name} cannot be applied directly")
         except VictorActorsError as exc:
@@ -226,15 +251,20 @@ def reduce(
     new_caps = state.capabilities if caps is None else caps.finish()
     changes = _changes(old_values, new_values)
     cap_changes = _changes(old_caps, new_caps)
-    # TOOL_RESULT always adds a message, so pending requests never change alone.
-    if not (changes or cap_changes or added or stage_set or tool_requests or created or closed):
+    removed = keep < old_len
+    if not (changes or cap_changes or added or removed or answered or stage_set) and not (
+        tool_requests or created or closed
+    ):
         return state, _noop(state, commit_id, run_id, timestamp)
+    messages = state.messages
+    if removed:
+        messages = messages.truncated(keep)
     new_state = ScopeState(
         ref=state.ref,
         lineage=state.lineage,
         version=new_version,
         values=new_values,
-        messages=state.messages.extended(added),
+        messages=messages.extended(added),
         capabilities=new_caps,
         stage=stage,
         closed=closed,
@@ -250,7 +280,8 @@ def reduce(
         changes=changes,
         capability_changes=cap_changes,
         added_messages=tuple(added),
-        first_message_index=len(state.messages),
+        first_message_index=keep,
+        removed_messages=state.messages[keep:] if removed else (),
         old_stage=state.stage if stage_set else None,
         new_stage=stage if stage_set else None,
         tool_requests=tuple(tool_requests),

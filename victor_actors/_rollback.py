@@ -25,6 +25,7 @@ class ScopeRollback:
     tool_requests_released: tuple[str, ...] = ()
     conflicts: tuple[str, ...] = ()  # what another writer changed since: left as it is
     version: int | None = None  # the rollback commit's version, None if nothing was left to undo
+    messages_restored: int = 0  # messages the run had removed (pop, truncate, clear), put back
 
 
 @attrs.frozen(slots=True)

@@ -89,7 +89,9 @@ class _Plan:
         self.keys: dict[str, list[Any]] = {}  # key -> [old_present, old, new_present, new]
         self.caps: dict[str, list[Any]] = {}
         self.stage: list[str] | None = None  # [before the run, as the run left it]
-        self.messages: list[tuple[int, Any]] = []
+        # The run's message edits, one per commit that changed the log, in commit order: the log became
+        # its first ``keep`` messages, then ``added``; ``removed`` were the messages after ``keep``.
+        self.edits: list[tuple[int, tuple[Any, ...], tuple[Any, ...]]] = []
         self.tools: list[str] = []
         self.closed = False  # the run closed this scope (CLOSE_SESSION)
         self.report: ScopeRollback | None = None
@@ -110,7 +112,8 @@ class _Plan:
                 self.stage = [rec.old_stage or "", rec.new_stage]
             else:
                 self.stage[1] = rec.new_stage
-        self.messages.extend((rec.first_message_index + i, m) for i, m in enumerate(rec.added_messages))
+        if rec.added_messages or rec.removed_messages:
+            self.edits.append((rec.first_message_index, rec.removed_messages, rec.added_messages))
         self.tools.extend(r["request_id"] for r in rec.tool_requests)
         self.closed = self.closed or rec.closed
 
@@ -128,23 +131,7 @@ class _Plan:
                 stage, stage_restored = self.stage[0], True
             else:
                 conflicts.append(f"stage is {state.stage!r}, not {self.stage[1]!r} as the run left it")
-        drop: set[int] = set()
-        log = state.messages
-        for index, message in self.messages:
-            # Messages are only appended, or removed by restores and other runs' rollbacks, so the
-            # run's message is at its original position or earlier: look there, then downwards.
-            found = None
-            for i in range(min(index, len(log) - 1), -1, -1):
-                if i not in drop and same_value(log[i], message):
-                    found = i
-                    break
-            if found is None:
-                conflicts.append(f"message {index} of the run is no longer there")
-            else:
-                drop.add(found)
-        messages = state.messages
-        if drop:
-            messages = MessageLog().extended(tuple(m for i, m in enumerate(state.messages) if i not in drop))
+        messages, msgs_dropped, msgs_restored = self._undo_messages(state.messages, conflicts)
         pending = state.pending_tools.mutate()
         released = []
         for request_id in self.tools:
@@ -154,14 +141,16 @@ class _Plan:
         self.report = ScopeRollback(
             self.ref,
             tuple(restored),
-            len(drop),
+            msgs_dropped,
             tuple(caps_restored),
             stage_restored,
             tuple(released),
             tuple(conflicts),
+            messages_restored=msgs_restored,
         )
         reopened = self.closed and state.closed
-        if not (restored or caps_restored or stage_restored or drop or released or reopened):
+        changed = messages is not state.messages
+        if not (restored or caps_restored or stage_restored or changed or released or reopened):
             return None
         return attrs.evolve(
             state,
@@ -172,6 +161,63 @@ class _Plan:
             pending_tools=pending.finish(),
             closed=False if reopened else state.closed,
         )
+
+    def _undo_messages(self, log: MessageLog, conflicts: list[str]) -> tuple[MessageLog, int, int]:
+        """``log`` with the run's message edits undone, newest first; and the messages dropped and restored.
+
+        Each edit is undone on the log as the later ones' undoing left it: the
+        messages it added are taken out (found by value at their place or
+        below, since other writers only append there or remove below), and
+        the messages it removed are put back where they were, before anything
+        appended since. An edit whose place is gone (another writer removed
+        messages below it) is reported and skipped.
+        """
+        if not self.edits:
+            return log, 0, 0
+        work: list[Any] = list(log)
+        dropped = restored = 0
+        for keep, removed, added in reversed(self.edits):
+            for j in range(len(added) - 1, -1, -1):
+                found = _find_message(work, keep + j, added[j])
+                if found is None:
+                    conflicts.append(f"message {keep + j} of the run is no longer there")
+                    continue
+                if work[found].__class__ is _PutBack:
+                    restored -= 1  # put back by a later edit's undoing: the run had added it itself
+                else:
+                    dropped += 1
+                del work[found]
+            if removed:
+                if len(work) < keep:
+                    conflicts.append(
+                        f"the {len(removed)} message(s) the run removed at {keep} were not put back: the log "
+                        f"holds {len(work)} messages now (another writer removed some)"
+                    )
+                    continue
+                work[keep:keep] = [_PutBack(m) for m in removed]
+                restored += len(removed)
+        if not dropped and not restored:
+            return log, 0, 0
+        kept = [m.message if m.__class__ is _PutBack else m for m in work]
+        return MessageLog().extended(kept), dropped, restored
+
+
+class _PutBack:
+    """A message the rollback put back (it may be taken out again by an earlier edit's undoing)."""
+
+    __slots__ = ("message",)
+
+    def __init__(self, message: Any) -> None:
+        self.message = message
+
+
+def _find_message(work: list[Any], index: int, message: Any) -> int | None:
+    """Where ``message`` is in ``work``: at ``index`` or the nearest place below it."""
+    for i in range(min(index, len(work) - 1), -1, -1):
+        item = work[i]
+        if same_value(item.message if item.__class__ is _PutBack else item, message):
+            return i
+    return None
 
 
 def _undo(plan: dict[str, list[Any]], into: Any, conflicts: list[str], what: str) -> list[str]:

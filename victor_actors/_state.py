@@ -87,6 +87,17 @@ class MessageLog(Sequence[Any]):
             n += 1
         return MessageLog(mm.finish(), n)
 
+    def truncated(self, length: int) -> MessageLog:
+        """Return a new log holding the first ``length`` messages (O(log n) per message removed)."""
+        if length >= self._len:
+            return self
+        if length <= 0:
+            return MessageLog()
+        mm = self._items.mutate()
+        for i in range(length, self._len):
+            del mm[i]
+        return MessageLog(mm.finish(), length)
+
     def __len__(self) -> int:
         return self._len
 
@@ -177,6 +188,10 @@ class StateChanged:
     capability_changes: tuple[KeyChange, ...] = ()
     added_messages: tuple[Any, ...] = ()
     first_message_index: int = 0  # where added_messages start in the scope's message log
+    # What the commit removed from the end of the log (pop, truncate, clear): the messages that were at
+    # first_message_index and after before it; the new log is the old one's first first_message_index
+    # messages, then added_messages.
+    removed_messages: tuple[Any, ...] = ()
     old_stage: str | None = None
     new_stage: str | None = None
     tool_requests: tuple[Any, ...] = ()

@@ -150,6 +150,7 @@ def record_to(record: StateChanged, *, transitions: bool = True) -> Any:
         "cc": _changes_to(record.capability_changes),
         "am": record.added_messages,
         "fm": record.first_message_index,
+        "rm": record.removed_messages,
         "os": record.old_stage,
         "ns": record.new_stage,
         "tr": record.tool_requests,
@@ -175,6 +176,7 @@ def record_from(p: Mapping[str, Any], sent: tuple[StateTransition, ...] = ()) ->
         capability_changes=_changes_from(p["cc"]),
         added_messages=tuple(p["am"]),
         first_message_index=p["fm"],
+        removed_messages=tuple(p.get("rm", ())),
         old_stage=p["os"],
         new_stage=p["ns"],
         tool_requests=tuple(p["tr"]),
@@ -198,6 +200,7 @@ def rollback_to(r: ScopeRollback) -> Any:
         "t": r.tool_requests_released,
         "x": r.conflicts,
         "v": r.version,
+        "mr": r.messages_restored,
     }
 
 
@@ -211,6 +214,7 @@ def rollback_from(p: Mapping[str, Any]) -> ScopeRollback:
         tuple(p["t"]),
         tuple(p["x"]),
         p["v"],
+        int(p.get("mr", 0)),
     )
 
 

@@ -361,6 +361,34 @@ def _messages_of(transitions: Iterable[StateTransition]) -> list[Any]:
 
 
 _ABSENT = object()
+_REMOVALS = (TransitionType.POP_MESSAGE, TransitionType.TRUNCATE_MESSAGES, TransitionType.CLEAR_MESSAGES)
+
+
+def _net_messages(transitions: Iterable[StateTransition], old_len: int) -> tuple[int, list[Any]]:
+    """``(keep, added)``: these transitions leave a log of ``old_len`` messages as its first ``keep``,
+    then ``added`` (as the reducer does)."""
+    keep = old_len
+    added: list[Any] = []
+    for t in transitions:
+        tt, d = t.transition_type, t.data
+        if tt is TransitionType.POP_MESSAGE:
+            if added:
+                added.pop()
+            elif keep:
+                keep -= 1
+        elif tt is TransitionType.TRUNCATE_MESSAGES:
+            length = d.get("length")
+            if length is None:
+                length = max(0, keep + len(added) - d["drop"])
+            if length < keep:
+                keep, added = length, []
+            else:
+                del added[length - keep :]
+        elif tt is TransitionType.CLEAR_MESSAGES:
+            keep, added = 0, []
+        else:
+            added.extend(_messages_of((t,)))
+    return keep, added
 
 
 def _writes_of(transitions: Iterable[StateTransition]) -> dict[str, Any]:
@@ -376,11 +404,15 @@ def _writes_of(transitions: Iterable[StateTransition]) -> dict[str, Any]:
 
 def _may_be_noop(transitions: Sequence[StateTransition]) -> bool:
     """True if these transitions can leave a scope unchanged (so it publishes nothing)."""
+    removes = any(t.transition_type in _REMOVALS for t in transitions)
     for t in transitions:
-        if t.transition_type is TransitionType.DELETE_STATE:
+        tt = t.transition_type
+        if tt is TransitionType.DELETE_STATE or tt in _REMOVALS:
             continue
-        if t.transition_type is TransitionType.ADD_MESSAGES and not t.data["messages"]:
+        if tt is TransitionType.ADD_MESSAGES and not t.data["messages"]:
             continue
+        if removes and tt in (TransitionType.ADD_MESSAGE, TransitionType.ADD_MESSAGES):
+            continue  # a later removal may take it out again
         return False
     return True
 
@@ -669,7 +701,15 @@ def _reflection_problems(p: Published, transitions: Sequence[StateTransition]) -
     """Does the event show everything ``transitions`` do?"""
     e = p.event
     out: list[str] = []
-    expected_msgs = _messages_of(transitions)
+    if any(t.transition_type in _REMOVALS for t in transitions):
+        keep, expected_msgs = _net_messages(transitions, e.first_message_index + len(e.removed_messages))
+        if keep != e.first_message_index:
+            out.append(
+                f"{p.ref} commit {_fmt_event(e)} kept {e.first_message_index} message(s) of the log "
+                f"but its transitions keep {keep}"
+            )
+    else:
+        expected_msgs = _messages_of(transitions)
     if tuple(e.added_messages) != tuple(expected_msgs):
         out.append(
             f"{p.ref} commit {_fmt_event(e)} added {len(e.added_messages)} message(s) "
