@@ -54,6 +54,8 @@ LAYERS: list[tuple[str, list[str]]] = [
             "web.*",
             "otel.*",
             "ray.*",
+            "_agentsdk",
+            "openai_agents.*",
         ],
     ),
 ]
