@@ -56,6 +56,7 @@ LAYERS: list[tuple[str, list[str]]] = [
             "ray.*",
             "_agentsdk",
             "openai_agents.*",
+            "claude_agent.*",
         ],
     ),
 ]

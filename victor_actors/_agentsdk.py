@@ -11,17 +11,31 @@ escaping of SDK names into scope ids; nothing here knows an SDK.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from typing import Any, TypeAlias
 from urllib.parse import quote
 
-from victor_actors._errors import ScopeAccessError, TransitionValidationError
+from victor_actors._errors import ScopeAccessError, TransitionValidationError, VersionConflictError
 from victor_actors._handle import ScopeHandle
 from victor_actors._manager import GlobalStateManager
-from victor_actors._model import MAX_ID_BYTES
+from victor_actors._model import MAX_ID_BYTES, ScopeRef, TransitionBatch
+from victor_actors._state import ContextSnapshot, StateChanged
 from victor_actors.remote import RemoteStateManager
 from victor_actors.remote._handle import RemoteScopeHandle
 
-__all__ = ["Handle", "Manager", "check_manager", "escape", "name", "open_conversation", "scope_id"]
+__all__ = [
+    "Handle",
+    "Manager",
+    "check_manager",
+    "escape",
+    "name",
+    "open_conversation",
+    "scope_id",
+    "write_if_unmoved",
+]
+
+# Optimistic tries before a contended read-modify-write takes the scope's lock instead.
+TRIES = 3
 
 Manager: TypeAlias = GlobalStateManager | RemoteStateManager
 Handle: TypeAlias = ScopeHandle | RemoteScopeHandle
@@ -102,3 +116,42 @@ async def open_conversation(
         if create:
             raise
         return None
+
+
+Build = Callable[[ContextSnapshot], TransitionBatch | None]
+
+
+async def write_if_unmoved(
+    handle: Handle, build: Build, lock: Callable[[ContextSnapshot], Iterable[ScopeRef]]
+) -> StateChanged | None:
+    """Read the scope, ``build(snapshot)`` a batch from what it holds, apply it only if the scope has
+    not moved since; None when ``build`` returns None (nothing to write).
+
+    The check is on this scope alone: the batch may also write its ancestors (an index, the
+    user's or the app's state) without waiting for their other writers. A scope busy with
+    other writers is retried a few times, then locked (``atransact`` over ``lock(snapshot)``,
+    the scopes the batch writes) so the write always makes progress. ``build`` may run
+    several times: keep it free of side effects; an error it raises propagates and nothing
+    is written.
+    """
+    for _ in range(TRIES):
+        snapshot = await handle.asnapshot()
+        batch = build(snapshot)
+        if batch is None:
+            return None
+        try:
+            return await handle.aapply(batch, expected_version=snapshot.version)
+        except VersionConflictError:
+            # the winner may be staged but not yet published (group commit): an empty request is
+            # answered once it is, so the next snapshot shows it
+            await handle.aapply(TransitionBatch())
+    snapshot = await handle.asnapshot()
+    built: list[bool] = []
+
+    def locked(current: ContextSnapshot) -> TransitionBatch:
+        batch = build(current)
+        built.append(batch is not None)
+        return TransitionBatch() if batch is None else batch
+
+    record = await handle.atransact(locked, lock=tuple(lock(snapshot)))
+    return record if built and built[-1] else None
