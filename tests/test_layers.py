@@ -57,6 +57,7 @@ LAYERS: list[tuple[str, list[str]]] = [
             "_agentsdk",
             "openai_agents.*",
             "claude_agent.*",
+            "adk.*",
         ],
     ),
 ]

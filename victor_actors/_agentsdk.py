@@ -1,7 +1,7 @@
 """What the agent-SDK session stores share: finding their scopes on a local or a remote manager.
 
 ``victor_actors.adk``, ``victor_actors.openai_agents`` and ``victor_actors.claude_agent``
-store an SDK's sessions in scopes (docs/adr/0025). Each takes a manager, local
+store an SDK's sessions in scopes (docs/adr/0028). Each takes a manager, local
 (:class:`GlobalStateManager`) or a client of an owner in another process
 (:class:`RemoteStateManager`, from ``victor_actors.connect``); the two have the same
 handle API (``aapply``, ``asnapshot``, ``atransact``), but only the client can open a
@@ -30,12 +30,14 @@ __all__ = [
     "escape",
     "name",
     "open_conversation",
+    "open_team",
+    "open_workflow",
     "scope_id",
     "write_if_unmoved",
 ]
 
 # Optimistic tries before a contended read-modify-write takes the scope's lock instead.
-TRIES = 3
+TRIES = 2
 
 Manager: TypeAlias = GlobalStateManager | RemoteStateManager
 Handle: TypeAlias = ScopeHandle | RemoteScopeHandle
@@ -106,15 +108,33 @@ async def open_conversation(
     """
     try:
         if isinstance(manager, RemoteStateManager):
-            return await manager.aget_conversation_state(
-                conversation, workflow_id, team_id, create=create
-            )
+            return await manager.aget_conversation_state(conversation, workflow_id, team_id, create=create)
         # a local open is a memory lookup, or a load from the store on first use (the same
         # load a handle's aapply does for an evicted scope)
         return manager.get_conversation_state(conversation, workflow_id, team_id, create=create)
     except ScopeAccessError:
         if create:
             raise
+        return None
+
+
+async def open_team(manager: Manager, team_id: str) -> Handle | None:
+    """The team scope's handle, or None if it does not exist (nothing is created)."""
+    try:
+        if isinstance(manager, RemoteStateManager):
+            return await manager.aget_team_state(team_id, create=False)
+        return manager.get_team_state(team_id, create=False)
+    except ScopeAccessError:
+        return None
+
+
+async def open_workflow(manager: Manager, workflow_id: str, team_id: str) -> Handle | None:
+    """The workflow scope's handle (under ``team_id``), or None if it does not exist (nothing is created)."""
+    try:
+        if isinstance(manager, RemoteStateManager):
+            return await manager.aget_workflow_state(workflow_id, team_id, create=False)
+        return manager.get_workflow_state(workflow_id, team_id, create=False)
+    except ScopeAccessError:
         return None
 
 

@@ -7,7 +7,7 @@ protocol, the optional ones included, is implemented; it passes the SDK's own
 ``run_session_store_conformance`` with nothing skipped, on a local manager, through a client
 of an owner in another process (``victor_actors.connect``) and on an encrypted store.
 Needs the ``claude-agent-sdk`` package (``pip install 'victor-actors[claude-agent]'``).
-See docs/claude_agent.md and docs/adr/0025.
+See docs/claude_agent.md and docs/adr/0028.
 """
 
 from victor_actors.claude_agent._store import VictorActorsSessionStore

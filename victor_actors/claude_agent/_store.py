@@ -1,6 +1,6 @@
 """``VictorActorsSessionStore``: the Claude Agent SDK's ``SessionStore`` over a project's scopes.
 
-Layout (docs/adr/0025):
+Layout (docs/adr/0028):
 
 ``team:claude/<project>``                         the project: ``s/<session>`` -> {"mtime", "summary"}
                                                   for every session whose main transcript is live
@@ -48,11 +48,11 @@ from victor_actors._agentsdk import (
     escape,
     name,
     open_conversation,
+    open_team,
     scope_id,
     write_if_unmoved,
 )
-from victor_actors._errors import ScopeAccessError, TransitionValidationError
-from victor_actors._manager import GlobalStateManager
+from victor_actors._errors import TransitionValidationError
 from victor_actors._model import ScopeRef, StateScope, TransitionBatch
 from victor_actors._state import ContextSnapshot, MapView
 from victor_actors._values import freeze, thaw
@@ -173,16 +173,8 @@ class VictorActorsSessionStore(SessionStore):
 
     async def _project(self, project_key: str) -> MapView | None:
         """The project scope's state (its index), or None if nothing was ever written there."""
-        team = scope_id(PREFIX, name(project_key, "a project_key"))
-        manager = self._manager
-        try:
-            if isinstance(manager, GlobalStateManager):
-                handle: Handle = manager.get_team_state(team, create=False)
-            else:
-                handle = await manager.aget_team_state(team, create=False)
-        except ScopeAccessError:
-            return None
-        return (await handle.asnapshot()).state
+        handle = await open_team(self._manager, scope_id(PREFIX, name(project_key, "a project_key")))
+        return None if handle is None else (await handle.asnapshot()).state
 
     # -- the protocol ----------------------------------------------------------------------------
 
@@ -342,4 +334,3 @@ def _sub_lock(snap: ContextSnapshot) -> list[ScopeRef]:
 
 def _own_lock(snap: ContextSnapshot) -> list[ScopeRef]:
     return [snap.ref]
-

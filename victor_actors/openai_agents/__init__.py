@@ -6,7 +6,7 @@ batch, ``pop_item`` one POP_MESSAGE (each item goes to exactly one caller),
 ``clear_session`` one CLEAR_MESSAGES. It works on a local manager, on a client of
 an owner in another process (``victor_actors.connect``) and on an encrypted
 store. Needs the ``openai-agents`` package (``pip install 'victor-actors[openai-agents]'``).
-See docs/openai_agents.md and docs/adr/0025.
+See docs/openai_agents.md and docs/adr/0028.
 """
 
 from victor_actors.openai_agents._session import VictorActorsSession
