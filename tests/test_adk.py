@@ -269,6 +269,8 @@ def test_a_padded_id_reaches_the_session_it_created(service: VictorActorsSession
         assert got.id == "order-42" and got.state["cart"] == "book"
         await service.delete_session(app_name="app", user_id="u", session_id="order-42\n")
         assert await service.get_session(app_name="app", user_id="u", session_id="order-42") is None
+        blank = await service.create_session(app_name="app", user_id="u", session_id="   ")
+        assert blank.id.strip() == blank.id and blank.id  # a blank id is no id: one is made
 
     run(go())
 

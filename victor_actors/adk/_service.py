@@ -19,6 +19,7 @@ from __future__ import annotations
 import time
 import uuid
 from typing import Any
+from urllib.parse import unquote
 
 try:
     from google.adk.errors.already_exists_error import AlreadyExistsError
@@ -118,8 +119,17 @@ def _live(snap: ContextSnapshot, session_id: str) -> bool:
 
 
 def _session_id(value: Any) -> str:
-    """ADK's normalisation: surrounding whitespace is not part of an id."""
-    return name(value, "a session id").strip() or name("", "a session id (not only whitespace)")
+    """ADK's normalisation: surrounding whitespace is not part of an id.
+
+    Raises:
+        TransitionValidationError: not a str, or only whitespace; nothing was done.
+    """
+    stripped = name(value, "a session id").strip()
+    if not stripped:
+        raise TransitionValidationError(
+            f"a session id cannot be only whitespace ({value!r}); nothing was done"
+        )
+    return stripped
 
 
 class VictorActorsSessionService(BaseSessionService):
@@ -191,7 +201,8 @@ class VictorActorsSessionService(BaseSessionService):
             AlreadyExistsError: the user already has a live session with this id.
             TransitionValidationError: a name or a state value cannot be stored; nothing was written.
         """
-        sid = _session_id(session_id) if session_id is not None and session_id.strip() else str(uuid.uuid4())
+        blank = session_id is None or (isinstance(session_id, str) and not session_id.strip())
+        sid = str(uuid.uuid4()) if blank else _session_id(session_id)  # a blank id is no id, as in ADK
         app, user, own = _split(state, "the initial state")
         handle = await self._session_scope(app_name, user_id, sid, create=True)
         assert handle is not None
@@ -212,7 +223,10 @@ class VictorActorsSessionService(BaseSessionService):
             return batch
 
         await write_if_unmoved(handle, build, _all_three)
-        return await self._read(handle, app_name, user_id, sid, None) or _lost(sid)
+        made = await self._read(handle, app_name, user_id, sid, None)
+        if made is None:  # deleted by another caller between the write and this read
+            raise SessionNotFoundError(f"Session {sid} was deleted as it was being created.")
+        return made
 
     async def get_session(
         self,
@@ -358,14 +372,8 @@ class VictorActorsSessionService(BaseSessionService):
 
 
 def _unescape(text: str) -> str:
-    from urllib.parse import unquote
-
     return unquote(text)
 
 
 def _all_three(snap: ContextSnapshot) -> list[ScopeRef]:
     return [snap.ref, *(a for a in snap.ancestors if a.scope in (StateScope.WORKFLOW, StateScope.TEAM))]
-
-
-def _lost(sid: str) -> Session:
-    raise SessionNotFoundError(f"Session {sid} was deleted as it was being created.")
