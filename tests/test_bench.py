@@ -65,6 +65,7 @@ TARGET_IDS = {
     "groupcommit_sqlite",
     "ray_apply_p50",
     "ray_pipeline_rate",
+    *(f"sdk_{sdk}_{what}" for sdk in ("adk", "openai", "claude") for what in ("one", "p50", "many")),
 }
 LANGGRAPH_ROWS = {"durable_1", "durable_100", "storage_sqlite", "agent", "agent_memory"}
 
@@ -254,7 +255,7 @@ def test_every_benchmark_is_a_module_of_the_installed_package(tmp_path: Path) ->
     """The runner finds every benchmark in the package itself, and each imports without LangGraph."""
     assert set(bench.BENCHMARKS) == {
         "core", "pipeline", "startup", "store", "agent", "scale", "langgraph", "security", "otel",
-        "listing", "virtual", "groupcommit", "checkpoints", "ray",
+        "listing", "virtual", "groupcommit", "checkpoints", "ray", "sdk",
     }  # fmt: skip
     for b in bench.BENCHMARKS.values():
         spec = importlib.util.find_spec(b.module)
@@ -390,7 +391,11 @@ def test_every_missed_target_explains_itself_from_the_numbers() -> None:
         "security_reopen": "NOT RUN",
         "security_bytes": "NOT RUN",
         "otel_disabled": "NOT RUN",
-        **{tid: "NOT RUN" for tid in TARGET_IDS if tid.startswith(("virtual", "groupcommit", "ray_"))},
+        **{
+            tid: "NOT RUN"
+            for tid in TARGET_IDS
+            if tid.startswith(("virtual", "groupcommit", "ray_", "sdk_"))
+        },
         "bytes_written": "NOT RUN",
         "disk_10k": "NOT RUN",
     }
@@ -426,6 +431,29 @@ def test_a_skipped_langgraph_peer_leaves_only_its_rows_without_a_ratio() -> None
     assert verdicts["lg_put"][0] == "NOT RUN"  # the langgraph benchmark is not in these results
     assert verdicts["durable_floor"] == ("MET", "")  # 1.0x a bare synced txn: no LangGraph needed
     assert verdicts["storage"] == ("MET", "")  # 2x <= 3x: ours alone decides it
+
+
+def test_the_sdk_rows_divide_ours_by_each_sdks_own_store_and_a_missing_sdk_says_so() -> None:
+    side = {"one_per_s": 200.0, "one_p50_us": 2_000.0, "many_per_s": 800.0}
+    theirs = {"one_per_s": 100.0, "one_p50_us": 4_000.0, "many_per_s": 1_600.0}
+    results = {
+        "sdk": {
+            "rounds": 2,
+            "subjects": {"adk": {"peer": "SqliteSessionService", "version": "2.13.0", "ours": side,
+                                 "theirs": theirs}},
+            "skipped": {"openai": "openai-agents is not installed", "claude": "claude-agent-sdk is not installed"},
+        }
+    }  # fmt: skip
+    rows, targets = bench.evaluate(results, {})
+    by_id = {r["id"]: r for r in rows if r["bench"] == "sdk"}
+    assert {k: v["ratio"] for k, v in by_id.items() if k.startswith("sdk_adk")} == {
+        "sdk_adk_one": 2.0, "sdk_adk_p50": 0.5, "sdk_adk_many": 0.5,
+    }  # fmt: skip
+    assert by_id["sdk_openai_one"]["note"] == "openai-agents is not installed"
+    verdicts = {t["id"]: (t["verdict"], t["why"]) for t in targets if t["id"].startswith("sdk_")}
+    assert verdicts["sdk_adk_one"] == ("MET", "") and verdicts["sdk_adk_p50"] == ("MET", "")
+    assert verdicts["sdk_adk_many"][0] == "MISSED" and "800/s vs 1,600/s" in verdicts["sdk_adk_many"][1]
+    assert verdicts["sdk_claude_one"][0] == "NOT RUN"
 
 
 def test_the_checkpoints_rows_divide_by_the_final_state_and_explain_a_miss() -> None:

@@ -70,6 +70,12 @@ BENCHMARKS: dict[str, Bench] = {
             needs=("langgraph", "langgraph.checkpoint.sqlite", "langgraph_checkpoint_lmdb"),
         ),
         Bench(
+            "sdk",
+            "agent-SDK session stores (ADK, OpenAI Agents, Claude Agent) vs each SDK's own store: "
+            "1 writer and 16 sessions, durable (each SDK only if installed)",
+            default=False,
+        ),
+        Bench(
             "ray",
             "scopes on Ray shards: remote apply vs a bare Ray call, pipelined commits/s on 2 and 1 "
             "shards, per-call/shard/scope costs and a paper model (starts a Ray session)",

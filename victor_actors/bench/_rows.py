@@ -307,6 +307,15 @@ def _ray_scope_memory(r: Json) -> tuple[float, float, str]:
     return float(s["shard"]["bytes_per_conversation"]), float(s["local"]["bytes_per_conversation"]), note
 
 
+def _sdk(key: str, what: str) -> Callable[[Json], tuple[float, float, str]]:
+    def values(r: Json) -> tuple[float, float, str]:
+        e = r["subjects"][key]
+        note = f"vs {e['peer']} ({e['version']}); median of {r['rounds']} interleaved rounds"
+        return float(e["ours"][what]), float(e["theirs"][what]), note
+
+    return values
+
+
 _R = RowSpec
 ROWS: tuple[RowSpec, ...] = (
     _R("apply_p50", "core", "apply round trip p50 / pykka echo ask p50", "us", "lower",
@@ -411,6 +420,24 @@ ROWS: tuple[RowSpec, ...] = (
        _virtual_touch("react_p99_us", "p99_us")),
     _R("virtual_slowest", "virtual", "slowest touch, N mostly evicted / 2,000 live", "us", "lower",
        _virtual_touch("max_us")),
+    _R("sdk_adk_one", "sdk", "ADK append_event/s, 1 writer, durable / ADK's SqliteSessionService", "ops/s",
+       "higher", _sdk("adk", "one_per_s"), "adk"),
+    _R("sdk_adk_p50", "sdk", "ADK append_event p50, 1 writer / ADK's SqliteSessionService", "us", "lower",
+       _sdk("adk", "one_p50_us"), "adk"),
+    _R("sdk_adk_many", "sdk", "ADK append_event/s, 16 sessions / ADK's SqliteSessionService", "ops/s",
+       "higher", _sdk("adk", "many_per_s"), "adk"),
+    _R("sdk_openai_one", "sdk", "OpenAI add_items/s, 1 writer, durable / SQLiteSession (WAL, FULL)", "ops/s",
+       "higher", _sdk("openai", "one_per_s"), "openai"),
+    _R("sdk_openai_p50", "sdk", "OpenAI add_items p50, 1 writer / SQLiteSession", "us", "lower",
+       _sdk("openai", "one_p50_us"), "openai"),
+    _R("sdk_openai_many", "sdk", "OpenAI add_items/s, 16 sessions / SQLiteSession", "ops/s", "higher",
+       _sdk("openai", "many_per_s"), "openai"),
+    _R("sdk_claude_one", "sdk", "Claude append/s, 1 writer, durable / InMemorySessionStore (not durable)",
+       "ops/s", "higher", _sdk("claude", "one_per_s"), "claude"),
+    _R("sdk_claude_p50", "sdk", "Claude append p50, 1 writer / InMemorySessionStore", "us", "lower",
+       _sdk("claude", "one_p50_us"), "claude"),
+    _R("sdk_claude_many", "sdk", "Claude append/s, 16 sessions / InMemorySessionStore", "ops/s", "higher",
+       _sdk("claude", "many_per_s"), "claude"),
     _R("ray_apply_p50", "ray", "remote apply p50 / a bare Ray actor call carrying the same bytes", "us",
        "lower", _ray_apply("median_us")),
     _R("ray_apply_p99", "ray", "remote apply p99 / a bare Ray actor call carrying the same bytes", "us",

@@ -184,6 +184,21 @@ def _why_groupcommit(res: dict[str, Json]) -> str:
     )
 
 
+def _why_sdk(key: str) -> Callable[[dict[str, Json]], str]:
+    def why(res: dict[str, Json]) -> str:
+        e = res["sdk"]["subjects"][key]
+        ours, theirs = e["ours"], e["theirs"]
+        durable = "" if e.get("peer_durable", True) else " (in memory: nothing reaches a disk)"
+        return (
+            f"one call {_f(ours['one_p50_us'])} us (a synced LMDB commit, two flushes) vs "
+            f"{e['peer']}'s{durable} "
+            f"{_f(theirs['one_p50_us'])} us; 16 sessions {_f(ours['many_per_s'])}/s vs "
+            f"{_f(theirs['many_per_s'])}/s"
+        )
+
+    return why
+
+
 def _why_security(res: dict[str, Json]) -> str:
     r = res["security"]
     plain, sealed = r["bytes"]["plain"], r["bytes"]["encrypted"]
@@ -372,6 +387,12 @@ TARGETS: tuple[TargetSpec, ...] = (
                1.0, _why_virtual_touch("reactivation p99"), bound=3000.0),
     TargetSpec("virtual_slowest", "slowest touch <= 100 ms (ours / 100 ms)", "virtual_slowest", "<=", 1.0,
                _why_virtual_touch("slowest request"), bound=100_000.0),
+    *(
+        TargetSpec(f"sdk_{key}_{what}", f"{name} {label} ahead of the SDK's own store", f"sdk_{key}_{what}",
+                   ">=" if what != "p50" else "<=", 1.0, _why_sdk(key))
+        for key, name in (("adk", "ADK"), ("openai", "OpenAI Agents"), ("claude", "Claude Agent"))
+        for what, label in (("one", "1 writer"), ("p50", "1 writer p50"), ("many", "16 sessions"))
+    ),
     TargetSpec("ray_apply_p50", "remote apply p50 <= 1.5x a bare Ray call with the same bytes",
                "ray_apply_p50", "<=", 1.5, _why_ray_apply),
     TargetSpec("ray_pipeline_rate", "pipelined aapply to 2 shards >= 20,000 commits/s (ours / 20,000/s)",
