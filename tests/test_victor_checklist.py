@@ -852,6 +852,11 @@ _INVALID: list[tuple[TransitionType, dict[str, Any], str]] = [
     (T.UPDATE_STAGE, {"stage": "s", "scope": "nowhere"}, "scope"),
     (T.BATCH, {}, "transitions"),
     (T.BATCH, {"transitions": "abc"}, "transitions"),
+    (T.POP_MESSAGE, {"index": 0}, "index"),
+    (T.TRUNCATE_MESSAGES, {}, "length"),
+    (T.TRUNCATE_MESSAGES, {"length": -1}, "length"),
+    (T.TRUNCATE_MESSAGES, {"drop": False}, "drop"),
+    (T.CLEAR_MESSAGES, {"scope": "nowhere"}, "scope"),
 ]
 
 
@@ -883,6 +888,10 @@ def test_every_transition_type_has_a_valid_form() -> None:
         T.UPDATE_CAPABILITY: {"capability": "c"},
         T.UPDATE_STAGE: {"stage": "s"},
         T.BATCH: {"transitions": []},
+        # message removal (issue 26, docs/adr/0024): after the seed's eleven
+        T.POP_MESSAGE: {},
+        T.TRUNCATE_MESSAGES: {"length": 0},
+        T.CLEAR_MESSAGES: {},
     }
     assert set(valid) == set(TransitionType)
     for ttype, data in valid.items():
