@@ -129,23 +129,16 @@ class Segments:
         For a frozen segment (it is not written again), for a namespace
         emptied by a delete, and after a prune. The runtime keeps a scope's
         log back to its oldest retained checkpoint, so without this deleted
-        values would stay on disk. A checkpoint of the current state, written
-        again with retention 1, drops every older log record and checkpoint
-        in the transaction that writes it. Retention only acts when the scope
-        holds more checkpoints than it keeps, so one is saved first, then a
-        one-key commit (``compacted``, a counter) makes the state the second.
+        values would stay on disk. ``manager.compact`` does it through the
+        scope's actor, in order with the scope's commits (a write that lands
+        in the segment meanwhile is before or after it, never lost), and
+        leaves the runtime's own incremental checkpoints building on it: the
+        saver writes no record of its own (docs/adr/0021).
         """
         store = self.manager.store
         if store is None or store.read_only:
             return
-        self.manager.save_checkpoint(handle.ref, label="langgraph: compacted")
-        count = handle.snapshot().state.get(L.COMPACTED, 0)
-        count = count + 1 if count.__class__ is int else 1
-        handle.apply([L.update(L.COMPACTED, count)], timeout=self.timeout)
-        saved = self.manager.save_checkpoint(handle.ref, label="langgraph: compacted")
-        version = int(saved.rpartition("@")[2])  # the id is "<scope>@<version>"
-        record = store.checkpoint(handle.ref, version)
-        store.submit([store.op_put_checkpoint(handle.ref, record, 1)], wait=True)
+        self.manager.compact(handle.ref, label="langgraph: compacted")
 
     def threads(self) -> list[str]:
         """Every LangGraph thread id: the team scopes ``lg:...``, read a page at a time by prefix."""
