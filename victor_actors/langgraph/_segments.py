@@ -18,7 +18,14 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 
-from victor_actors import GlobalStateManager, ScopeAccessError, ScopeHandle, ScopeRef, StateScope
+from victor_actors import (
+    GlobalStateManager,
+    ScopeAccessError,
+    ScopeHandle,
+    ScopeRef,
+    StateScope,
+    TransitionValidationError,
+)
 from victor_actors.langgraph import _layout as L
 
 __all__ = ["Segments"]
@@ -43,7 +50,7 @@ class Segments:
         if handle is None:
             try:
                 handle = self.manager.scope(ScopeRef(level, ident))
-            except ScopeAccessError:
+            except (ScopeAccessError, TransitionValidationError):  # none, or an id no scope can have
                 return None
             self._handles[ident] = handle
         return handle
@@ -51,6 +58,15 @@ class Segments:
     def lookup(self, thread_id: str, ns: str, index: int = 0) -> ScopeHandle | None:
         """Segment ``index`` of the namespace, or None if it was never created. Creates nothing."""
         return self._find(StateScope.CONVERSATION, L.segment_id(thread_id, ns, index))
+
+    @staticmethod
+    def openable(thread_id: str, ns: str) -> bool:
+        """Whether the namespace's segment 0 can exist (an older saver listed some that cannot)."""
+        try:
+            ScopeRef(StateScope.CONVERSATION, L.segment_id(thread_id, ns, 0))
+        except TransitionValidationError:
+            return False
+        return True
 
     def count(self, thread_id: str, ns: str) -> int:
         """How many segments the namespace has (1 for one never written)."""
@@ -83,6 +99,7 @@ class Segments:
         ident = L.conv_id(thread_id, ns)
         if key in self._registered:
             return self._handles[ident]
+        L.check_names(thread_id, ns)  # a name refused is never listed
         with self._open_lock:
             team = self.manager.get_team_state(L.team_id(thread_id))
             self._handles[team.ref.id] = team
