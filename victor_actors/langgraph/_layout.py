@@ -112,7 +112,8 @@ def check_text(text: str, what: str, field: str) -> str:
     except UnicodeEncodeError as exc:
         bad = exc.object[exc.start : exc.end]
         raise TransitionValidationError(
-            f"{what} holds {bad!r} at index {exc.start}, which UTF-8 cannot encode; nothing was read or written",
+            f"{what} holds {bad!r} at index {exc.start}, which UTF-8 cannot encode; "
+            "nothing was read or written",
             field=field,
         ) from None
     return text

@@ -92,10 +92,20 @@ class VictorActorsSaver(BaseCheckpointSaver[str]):  # type: ignore[misc, unused-
     One ``put`` stores the checkpoint record and the channel values it
     introduces, written once per channel version (per segment) and shared
     by every later checkpoint that keeps that version; one ``put_writes``
-    stores a task's writes. Writes of one namespace queue in its lane: the
-    first caller leads and commits everything queued as one commit (a
-    graph step's overlapping ``put_writes`` and ``put`` share it), so they
-    never conflict with each other and none is lost.
+    stores a task's writes. Writes of one namespace queue in its lane (one
+    per namespace for every saver on the manager): the first caller leads
+    and commits everything queued as one commit (a graph step's overlapping
+    ``put_writes`` and ``put`` share it), so they never conflict with each
+    other and none is lost. Whole-thread operations (``delete_thread``,
+    ``prune``, ``delete_for_runs``) run in each namespace's lane, alone, and
+    compact through the segments' actors (``manager.compact``): no record is
+    written beside a scope's owner (docs/adr/0021).
+
+    Thread ids, namespaces, checkpoint and task ids, ``run_id`` and values
+    are checked before anything is written: text UTF-8 cannot encode, a
+    namespace too long for its segments' scope ids, or a value the
+    serializer cannot store raise ``TransitionValidationError`` (a
+    ``ValueError``); a type outside the allowlist ``DisallowedTypeError``.
 
     Values are serialized by ``serde`` (default: :class:`StrictSerializer`,
     LangGraph's msgpack format with a strict allowlist; ``allowed_types``
