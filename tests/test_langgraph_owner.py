@@ -267,10 +267,12 @@ def test_four_savers_on_one_manager_keep_every_checkpoint_and_the_newest_as_late
         assert [t.checkpoint["id"] for t in saver.list(cfg("R"))] == acked[::-1]
 
 
-def test_whole_thread_work_and_puts_of_every_saver_take_one_lane(tmp_path: Path) -> None:
+@pytest.mark.parametrize("runtime", ["threads", "asyncio"])
+def test_whole_thread_work_and_puts_of_every_saver_take_one_lane(tmp_path: Path, runtime: str) -> None:
     """A delete called while a put is in its commit runs after it; a put called meanwhile runs after
-    the delete, whichever saver on the manager makes each call (new: before, each saver had lanes
-    of its own and whole-thread work ran beside them, so the outcome depended on timing)."""
+    the delete, whichever saver on the manager makes each call, and whether the lane's leader is a
+    blocking caller or an asyncio task (new: before, each saver had lanes of its own and
+    whole-thread work ran beside them, so the outcome depended on timing)."""
     with GlobalStateManager.open(tmp_path / "store") as manager:
         a, b = VictorActorsSaver(manager), VictorActorsSaver(manager)
         assert a._writer.lanes is b._writer.lanes
@@ -280,7 +282,15 @@ def test_whole_thread_work_and_puts_of_every_saver_take_one_lane(tmp_path: Path)
         seg = manager.scope(ScopeRef(StateScope.CONVERSATION, layout.segment_id("T", "", 0)))
         got: dict[str, Any] = {}
         with Gate().hold(manager, seg.ref) as gate:
-            held = threading.Thread(target=lambda: got.update(p1=_one_put(a, first, 1)))
+            if runtime == "threads":
+                held = threading.Thread(target=lambda: got.update(p1=_one_put(a, first, 1)))
+            else:
+
+                async def aput() -> None:
+                    cp = create_checkpoint(empty_checkpoint(), None, 1)
+                    got["p1"] = await a.aput(first, cp, {"step": 1}, {})
+
+                held = threading.Thread(target=asyncio.run, args=(aput(),))
             held.start()
             gate.wait_held()  # P1's commit is inside the segment's actor, its lane led by this call
             deleter = threading.Thread(target=b.delete_thread, args=("T",))

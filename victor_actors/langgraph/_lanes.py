@@ -27,7 +27,10 @@ Why it is safe:
   in a round of its own, between the rounds before and after it: a write
   queued before it is committed before it starts, one queued after it
   waits until it is done. So every write of a namespace and every
-  whole-thread operation on it are in one order.
+  whole-thread operation on it are in one order. It is led by its own
+  (blocking) caller, never by another leader: the lead reaches it the way it
+  reaches any waiting job, as the first one waiting, and no asyncio
+  leader's cancellation can cut it short.
 
 Lanes are per manager, not per saver (:class:`Lanes`): two savers on one
 manager write a namespace through one lane, so a namespace has one leader.
@@ -200,17 +203,19 @@ class Lane:
                     return
                 self.arrived.wait(left)
 
-    def take(self, *, more: bool = False) -> list[Job]:
+    def take(self, mine: Job | None = None, *, more: bool = False) -> list[Job]:
         """The jobs of the leader's next round, in queue order.
 
-        A ``WHOLE`` job at the head of the queue is a round alone; otherwise
-        the round takes every job before the first ``WHOLE`` one. ``more``:
-        jobs to add to a round already taken (never a ``WHOLE`` one).
+        A ``WHOLE`` job at the head of the queue is a round alone, led by its
+        own caller (``mine``): another leader takes nothing then, and passes
+        the lead on (``hand_off`` gives it to that job, the first waiting).
+        Otherwise the round takes every job before the first ``WHOLE`` one.
+        ``more``: jobs to add to a round already taken (never a ``WHOLE`` one).
         """
         with self.lock:
             queue = self.queue
             if queue and queue[0].kind == WHOLE:
-                if more:
+                if more or queue[0] is not mine:
                     return []
                 jobs, self.queue = queue[:1], queue[1:]
                 return jobs
@@ -236,12 +241,15 @@ class Lane:
 
         True when the leader's own job is still queued (a round stops before a
         ``WHOLE`` job, so it may not have been in this one), or when every
-        queued job was abandoned by its (cancelled) caller.
+        queued job was abandoned by its (cancelled) caller. A leader's own job
+        is never behind a waiting one (it found the lane idle, or was handed
+        the lead as the first waiting job), so the first job found in the
+        queue that leads or waits is the one that leads next.
         """
         with self.lock:
-            if any(job.state == LEAD for job in self.queue):
-                return True
             for job in self.queue:
+                if job.state == LEAD:
+                    return True
                 if job.state == PENDING:
                     job.state = LEAD
                     job._wake()

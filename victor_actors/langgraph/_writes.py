@@ -74,7 +74,8 @@ class Writer:
         """Run ``run()`` in the namespace's lane, alone: after every write queued before it, before any after.
 
         For the whole-thread operations (delete, prune): no write of the
-        namespace, from any saver on the manager, runs beside them.
+        namespace, from any saver on the manager, runs beside them. Blocking:
+        ``run`` runs on this thread, once the lane hands it the lead.
         """
         drive(self.enqueue(thread_id, ns, Job(WHOLE, "", run=run)))
 
@@ -104,12 +105,12 @@ class Writer:
     def _lead(self, lane: Lane, thread_id: str, ns: str, mine: Job | None) -> StepGen[None]:
         """Run rounds until the lane passes the lead to a waiting caller or goes idle."""
         while True:
-            jobs = lane.take()
+            jobs = lane.take(mine)
             try:
-                if jobs and jobs[0].kind == WHOLE:  # alone: take() gives it a round of its own
+                if jobs and jobs[0].kind == WHOLE:  # ours, alone: run on this (blocking) caller's thread
                     run = jobs[0].run
                     assert run is not None
-                    yield Step(run, _in_thread(run))
+                    run()
                     lane.segments = None  # the next round reads the chain again
                 elif jobs:
                     if self.writes_linger and all(job.kind == "writes" for job in jobs):
