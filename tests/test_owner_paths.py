@@ -9,6 +9,9 @@ real actors, threads and asyncio.
 What each test guards, and whether it failed before the change (checked by
 running it against the code before it):
 
+- a ``save_checkpoint`` called while the actor is inside a request is
+  written after it, by the actor (failed before: it read the state on the
+  caller's thread and wrote the version before);
 - compaction racing commits (threads, and asyncio) loses nothing, leaves
   every stored checkpoint readable after a reopen, and a final compaction
   leaves one checkpoint and no log (new: ``manager.compact`` did not exist;
@@ -35,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import Gate, wait_for
 
 from victor_actors import (
     GlobalStateManager,
@@ -44,6 +48,7 @@ from victor_actors import (
     VictorActorsError,
 )
 from victor_actors.store import Store
+from victor_actors.testing import Recorder
 
 WRITERS = 3
 STEPS = 60
@@ -140,6 +145,31 @@ def test_compaction_racing_commits_loses_nothing(tmp_path: Path, runtime: str) -
         last = conv.snapshot()
     with GlobalStateManager.open(path) as manager:
         assert manager.get_conversation_state("busy").snapshot().state == last.state
+
+
+def test_a_checkpoint_is_written_by_the_scopes_actor_between_its_commits(tmp_path: Path) -> None:
+    """Failed before: save_checkpoint read the state on the caller's thread, so a checkpoint called
+    while the actor was inside a request wrote the state before it, ordered with nothing."""
+    with GlobalStateManager.open(tmp_path / "store") as manager:
+        conv = manager.get_conversation_state("c")
+        conv.update({"n": 1})
+        got: dict[str, str] = {}
+        recorder = Recorder(manager)
+        with Gate().hold(manager, conv.ref) as gate:
+            writer = threading.Thread(target=conv.update, args=({"n": 2},))
+            writer.start()
+            gate.wait_held()  # the actor is inside the request that commits version 2
+            saver = threading.Thread(target=lambda: got.update(cid=manager.save_checkpoint(conv.ref)))
+            saver.start()
+            wait_for(lambda: manager.stats()["mailbox_depth_max"] >= 1 or not saver.is_alive())
+        writer.join(10)
+        saver.join(10)
+        assert got["cid"] == f"{conv.ref}@2"  # the state the actor committed before it took the request
+        assert manager.load_checkpoint(conv.ref).state["n"] == 2
+        compacted = manager.compact(conv.ref)
+        assert compacted == f"{conv.ref}@2"
+        assert [r.kind for r in recorder.received(conv.ref)] == ["apply", "checkpoint", "checkpoint"]
+        recorder.detach()
 
 
 def test_a_fork_while_scopes_are_evicted_returns_the_fork(tmp_path: Path) -> None:
