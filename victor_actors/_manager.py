@@ -415,20 +415,45 @@ class GlobalStateManager:
 
         The fork's history starts at the checkpoint's version with a full
         checkpoint of its own, so it depends on nothing of its source and
-        retention on the source can never break it.
+        retention on the source can never break it. The handle returned is
+        the fork's, also when scopes are being evicted meanwhile (its
+        ancestors are brought back first).
 
         Raises:
-            ScopeAccessError: ``new_id`` already exists.
+            ScopeAccessError: ``new_id`` already exists; nothing was written.
         """
         self._durability.need_writable_store("fork")
         source = self._cell(scope_ref)
         new_ref = ScopeRef(source.state.ref.scope, new_id)
+        if self._tree.exists(new_ref):  # before reading the checkpoint; checked again under the lock
+            raise ScopeAccessError(f"cannot fork to {new_ref}: it already exists; nothing was written")
         target = self._durability.target(source, checkpoint)
-        with self._kernel.lock:
-            if self._tree.exists(new_ref):
-                raise ScopeAccessError(f"cannot fork to {new_ref}: it already exists; nothing was written")
-            state = self._durability.write_fork(source, target, new_ref)
-            return self._handle(self._tree.start(state))
+        state = self._durability.fork_state(source, target, new_ref)
+        try:
+            cell = self._tree.create_from(state, lambda: self._durability.write_fork(source, state))
+        except ScopeAccessError as exc:
+            raise ScopeAccessError(f"cannot fork to {new_ref}: {exc}") from None
+        return self._handle(cell)
+
+    def compact(self, scope_ref: ScopeRef | str, *, label: str | None = None) -> str:
+        """Make the scope's current committed state its only stored base; return that checkpoint's id.
+
+        One full checkpoint, written by the scope's actor between two of its
+        commits; in the same transaction every older checkpoint and the log
+        up to it leave the store, so values the scope no longer holds are no
+        longer on disk (LMDB reuses the pages; the file does not shrink).
+        Commits go on as usual while it runs, before or after it. Recovery
+        after it starts from that checkpoint: versions before it can no
+        longer be read with ``state_at`` or restored by version.
+
+        Raises:
+            VictorActorsError: the manager has no store.
+            ScopeAccessError: the manager is read-only, or no such scope exists.
+        """
+        return self._durability.compact(self._cell(scope_ref), label)
+
+    async def acompact(self, scope_ref: ScopeRef | str, *, label: str | None = None) -> str:
+        return await asyncio.to_thread(self.compact, scope_ref, label=label)
 
     async def asave_checkpoint(self, scope_ref: ScopeRef | str, *, label: str | None = None) -> str:
         return await asyncio.to_thread(self.save_checkpoint, scope_ref, label=label)
