@@ -53,7 +53,7 @@ __all__ = ["IN_FLIGHT", "MAX_OPS", "RETRY_PAUSE", "Client", "Subscription"]
 IN_FLIGHT = 2  # calls outstanding per owner
 MAX_OPS = 1000  # operations per call
 RETRY_PAUSE = 0.2  # seconds between attempts to reach an owner that went away
-WRITES = frozenset({"apply", "commit", "restore", "checkpoint", "rollback", "fork", "run_end"})
+WRITES = frozenset({"apply", "commit", "restore", "checkpoint", "compact", "rollback", "fork", "run_end"})
 NOT_RETRIED = frozenset({"fork"})  # not idempotent: a second attempt would find the first one's fork
 
 _clients: weakref.WeakSet[Client] = weakref.WeakSet()

@@ -585,6 +585,10 @@ class Host:
         label = op.get("label")
         return await self._blocking(self.manager.save_checkpoint, ref, label=label)
 
+    async def _compact(self, op: Any) -> Any:
+        ref = self._scope(op).ref
+        return await self._blocking(self.manager.compact, ref, label=op.get("label"))
+
     async def _checkpoints(self, op: Any) -> Any:
         ref = self._scope(op).ref
         infos = await self._blocking(self.manager.list_checkpoints, ref)
@@ -803,6 +807,7 @@ Host.OPS = {
     "poll": Host._poll,
     "checkpoint": Host._checkpoint,
     "checkpoints": Host._checkpoints,
+    "compact": Host._compact,
     "load_checkpoint": Host._load_checkpoint,
     "state_at": Host._state_at,
     "restore": Host._restore,

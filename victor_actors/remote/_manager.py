@@ -49,6 +49,7 @@ _SLOW = frozenset(
         "restore",
         "checkpoint",
         "checkpoints",
+        "compact",
         "load_checkpoint",
         "state_at",
         "scopes",
@@ -319,6 +320,13 @@ class RemoteStateManager(Client):
         return str(
             await self._ask(0, {"k": "checkpoint", "s": str(self._ref(scope_ref)), "label": label}, None)
         )
+
+    def compact(self, scope_ref: ScopeRef | str, *, label: str | None = None) -> str:
+        """Make the scope's committed state its only stored base, as ``GlobalStateManager.compact``."""
+        return str(self._call({"k": "compact", "s": str(self._ref(scope_ref)), "label": label}))
+
+    async def acompact(self, scope_ref: ScopeRef | str, *, label: str | None = None) -> str:
+        return str(await self._ask(0, {"k": "compact", "s": str(self._ref(scope_ref)), "label": label}, None))
 
     def list_checkpoints(self, scope_ref: ScopeRef | str) -> list[CheckpointInfo]:
         """The scope's stored checkpoints, newest first."""
