@@ -65,13 +65,9 @@ def keyring_of(args: argparse.Namespace) -> Keyring | None:
 
 
 def _rekey(args: argparse.Namespace) -> int:
-    try:
-        new = Keyring.from_file(args.key_file)
-        old = Keyring.from_file(args.old_key_file) if args.old_key_file else None
-        written = rekey(args.path, new, old)
-    except (VictorActorsError, OSError) as exc:
-        views.err(exc)
-        return 2
+    new = Keyring.from_file(args.key_file)
+    old = Keyring.from_file(args.old_key_file) if args.old_key_file else None
+    written = rekey(args.path, new, old)
     print(f"rekeyed {args.path}: {written} records under key {new.active!r}; the old key is no longer needed")
     return 0
 
@@ -159,22 +155,33 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the command line; return the exit status (0; 2 on any error; 1 when stdout closes early)."""
+    """Run the command line; return the exit status (0; 2 on any error; 1 when stdout closes early).
+
+    Every error of the runtime (a :class:`VictorActorsError`), of the file
+    system or of LMDB is one line on stderr and exit status 2, whatever the
+    command; never a traceback.
+    """
     try:
         args = _parser().parse_args(argv)
     except SystemExit as exc:  # --help, --version, usage errors
         return exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 2
+    try:
+        return _run(args)
+    except BrokenPipeError:  # the reader went away (``| head``): stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+    except (VictorActorsError, OSError, lmdb.Error) as exc:
+        views.err(exc)
+        return 2
+
+
+def _run(args: argparse.Namespace) -> int:
     if args.command == "simulate":  # writes its own store: not a read-only view
         return sim.run_command(args)
     if args.command == "bench":  # runs the benchmarks: not a view of a store
         return bench.run_command(args)
     if args.command == "serve":  # serves a read-only view until stopped
-        try:
-            keyring = keyring_of(args)
-        except VictorActorsError as exc:
-            views.err(exc)
-            return 2
-        return web.run_command(args, encryption=keyring)
+        return web.run_command(args, encryption=keyring_of(args))
     if args.command == "rekey":
         return _rekey(args)
     check: Callable[[argparse.Namespace], None] | None = getattr(args, "check", None)
@@ -185,14 +192,7 @@ def main(argv: list[str] | None = None) -> int:
             views.err(exc)
             return 2
     run: Command = args.run
-    try:
-        with GlobalStateManager.open(args.path, read_only=True, encryption=keyring_of(args)) as manager:
-            store = manager.store
-            assert store is not None
-            return run(manager, store, args)
-    except BrokenPipeError:  # the reader went away (``| head``): stop quietly
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 1
-    except (VictorActorsError, OSError, lmdb.Error) as exc:
-        views.err(exc)
-        return 2
+    with GlobalStateManager.open(args.path, read_only=True, encryption=keyring_of(args)) as manager:
+        store = manager.store
+        assert store is not None
+        return run(manager, store, args)

@@ -27,7 +27,7 @@ import binascii
 import json
 import os
 import stat
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from cryptography.exceptions import InvalidTag
@@ -44,6 +44,7 @@ PLAIN_MAGIC = b"VA"
 _FORMAT = 1
 _NONCE = 12
 KEY_BYTES = 32
+MAX_KEY_FILE_BYTES = 1 << 20  # a key file of a thousand keys is ~60 KiB
 
 
 def _check_id(key_id: object) -> str:
@@ -95,16 +96,56 @@ class Keyring:
 
     @classmethod
     def from_json(cls, text: str, *, source: str = "the key text") -> Keyring:
-        """A keyring from the key file format (see :meth:`from_file`)."""
+        """A keyring from the key file format (see :meth:`from_file`).
+
+        Raises:
+            EncryptionKeyError: ``text`` is not a key file (bad JSON, nested
+                without end, fields missing or of the wrong type, keys that are
+                not base64 of 32 bytes); the message says which.
+        """
+        expected = '{"active": "<id>", "keys": {"<id>": "<base64 of 32 bytes>", ...}}'
+
+        def refuse(why: str) -> EncryptionKeyError:
+            return EncryptionKeyError(
+                f"{source} is not a victor_actors key file ({why}); expected {expected}"
+            )
+
+        if not isinstance(text, str):
+            raise refuse(f"a str is expected, not {type(text).__name__}")
         try:
             doc = json.loads(text)
-            keys = {k: base64.b64decode(v, validate=True) for k, v in doc["keys"].items()}
-            active = doc["active"]
-        except (ValueError, KeyError, TypeError, AttributeError, binascii.Error) as exc:
-            raise EncryptionKeyError(
-                f"{source} is not a victor_actors key file ({type(exc).__name__}); expected "
-                '{"active": "<id>", "keys": {"<id>": "<base64 of 32 bytes>", ...}}'
-            ) from None
+        except RecursionError:
+            raise refuse("JSON nested too deeply") from None
+        except ValueError as exc:
+            raise refuse(f"not JSON: {type(exc).__name__}") from None
+        if not isinstance(doc, dict):
+            raise refuse(f"the document is a JSON {type(doc).__name__}, not an object")
+        entries, active = doc.get("keys"), doc.get("active")
+        if not isinstance(entries, dict) or not entries:
+            raise refuse('"keys" is not a non-empty object')
+        if not isinstance(active, str):
+            raise refuse('"active" is not a string')
+        try:
+            return cls._from_doc(entries, active, refuse)
+        except EncryptionKeyError as exc:
+            if str(exc).startswith(source):
+                raise
+            raise EncryptionKeyError(f"{source} is not a usable key file: {exc}") from None
+
+    @classmethod
+    def _from_doc(
+        cls, entries: dict[str, Any], active: str, refuse: Callable[[str], EncryptionKeyError]
+    ) -> Keyring:
+        keys: dict[str, bytes] = {}
+        for key_id, value in entries.items():
+            if not isinstance(value, str):
+                raise refuse(
+                    f"key {_check_id(key_id)!r} is a JSON {type(value).__name__}, not a base64 string"
+                )
+            try:
+                keys[key_id] = base64.b64decode(value.encode("ascii"), validate=True)
+            except (ValueError, binascii.Error):
+                raise refuse(f"key {_check_id(key_id)!r} is not valid base64") from None
         return cls(keys, active)
 
     @classmethod
@@ -112,28 +153,52 @@ class Keyring:
         """Read a key file: JSON ``{"active": "<id>", "keys": {"<id>": "<base64 key>", ...}}``.
 
         Raises:
-            EncryptionKeyError: the file is missing, readable by anyone but
-                its owner (it must be mode 0600 or stricter), or malformed.
+            EncryptionKeyError: the file is missing or unreadable, not a
+                regular file, readable by anyone but its owner (it must be
+                mode 0600 or stricter), larger than a key file can be, not
+                UTF-8, or malformed.
         """
-        name = os.fspath(path)
         try:
-            fd = os.open(name, os.O_RDONLY)
-        except OSError as exc:
-            raise EncryptionKeyError(f"cannot read the key file {name!r}: {exc.strerror}") from None
+            name = os.fspath(path)
+        except TypeError:
+            raise EncryptionKeyError(f"a key file is a path, not {type(path).__name__}") from None
+        shown = repr(name)
         try:
-            mode = os.fstat(fd).st_mode
-            if mode & (stat.S_IRWXG | stat.S_IRWXO):
+            fd = os.open(name, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        except (OSError, ValueError) as exc:
+            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            raise EncryptionKeyError(f"cannot read the key file {shown}: {why}") from None
+        try:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
+                kind = "a directory" if stat.S_ISDIR(info.st_mode) else "not a regular file"
+                raise EncryptionKeyError(f"the key file {shown} is {kind}; nothing was read")
+            if info.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
                 raise EncryptionKeyError(
-                    f"the key file {name!r} is accessible to others (mode {stat.S_IMODE(mode):o}); "
+                    f"the key file {shown} is accessible to others (mode {stat.S_IMODE(info.st_mode):o}); "
                     f"make it private with chmod 600 {name}"
                 )
-            with os.fdopen(fd, "r", encoding="utf-8") as fh:
-                fd = -1
-                text = fh.read()
+            if info.st_size > MAX_KEY_FILE_BYTES:
+                raise EncryptionKeyError(
+                    f"the key file {shown} holds {info.st_size} bytes; a key file is at most "
+                    f"{MAX_KEY_FILE_BYTES}; nothing was read"
+                )
+            chunks = []
+            while chunk := os.read(fd, 65536):
+                chunks.append(chunk)
+                if sum(map(len, chunks)) > MAX_KEY_FILE_BYTES:
+                    raise EncryptionKeyError(f"the key file {shown} grew past {MAX_KEY_FILE_BYTES} bytes")
+        except OSError as exc:
+            raise EncryptionKeyError(f"cannot read the key file {shown}: {exc.strerror or exc}") from None
         finally:
-            if fd >= 0:
-                os.close(fd)
-        return cls.from_json(text, source=f"the key file {name!r}")
+            os.close(fd)
+        try:
+            text = b"".join(chunks).decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise EncryptionKeyError(
+                f"the key file {shown} is not UTF-8 text (byte {exc.start}); expected the JSON of a key file"
+            ) from None
+        return cls.from_json(text, source=f"the key file {shown}")
 
     @classmethod
     def from_env(cls, name: str = "VICTOR_ACTORS_KEYS") -> Keyring:
@@ -145,6 +210,8 @@ class Keyring:
         text = os.environ.get(name)
         if not text:
             raise EncryptionKeyError(f"the environment variable {name} is not set")
+        if len(text) > MAX_KEY_FILE_BYTES:
+            raise EncryptionKeyError(f"the environment variable {name} is longer than a key file can be")
         return cls.from_json(text, source=f"the environment variable {name}")
 
     def to_json(self) -> str:
