@@ -1,14 +1,14 @@
 """Rewrite a whole store under other keys: key rotation, and encrypting a plaintext store.
 
-Every record is read with the old keys (or none), decoded, and written again
-into a fresh environment beside the store, under the new keyring's active
-key and its keyed-hash layout; then the new environment is swapped in by
-renames (``_files.swap_in``). A crash at any point leaves the old store or
-the new one, whole: an unfinished copy is dropped on the next open, a
-finished one is swapped in. Afterwards the old keys are not needed.
-
-It is an offline operation: the store must not be open in any other
-process (a writer in this one is refused by the owner lock).
+The rewrite holds the store's owner lock from start to end (a writer beside
+it is refused with ``StoreLockedError``; a read-only open reads the store as
+it was and touches nothing). Every record is read with the old keys (or
+none), decoded, and written again into a fresh store beside the data, under
+the new keyring's active key and its keyed-hash layout; then the copy is
+marked complete and swapped in by renames (``OwnerLock.swap_in``). A crash at
+any point leaves the old store or the new one, whole: the next lock holder
+drops an unfinished copy or finishes the swap. Afterwards the old keys are
+not needed.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import shutil
 from victor_actors._errors import CheckpointCorruptError, EncryptionKeyError
 from victor_actors.store._codec import Codec
 from victor_actors.store._crypto import Keyring
-from victor_actors.store._files import NEXT, finish_swap, swap_in
+from victor_actors.store._files import COMPLETE, NEXT, PREVIOUS, OwnerLock
 from victor_actors.store._keys import place
 from victor_actors.store._store import Store
 from victor_actors.store._writer import TxnOp, WriteTxn
@@ -33,7 +33,11 @@ _BATCH = 512  # records per write transaction of the copy
 
 
 def is_encrypted(path: str | os.PathLike[str]) -> bool:
-    """Whether the store at ``path`` is encrypted (readable without keys)."""
+    """Whether the store at ``path`` is encrypted (not readable without keys).
+
+    Raises:
+        VictorActorsError: there is no store at ``path``.
+    """
     try:
         Store(path, read_only=True).close()
     except EncryptionKeyError:
@@ -56,28 +60,12 @@ def rekey(
 
     Raises:
         EncryptionKeyError: ``old`` does not open the store, or ``new`` is not a keyring.
-        StoreLockedError: the store is open for writing elsewhere.
+        StoreLockedError: the store is open for writing elsewhere; nothing was changed.
+        VictorActorsError: there is no store at ``path``.
     """
-    if not isinstance(new, Keyring):
-        raise EncryptionKeyError(f"rekey needs the new Keyring, not {type(new).__name__}")
-    store_path = os.fspath(path)
-    finish_swap(store_path)
-    source = Store(store_path, encryption=old, codec=codec, map_size=map_size)
-    target_dir = os.path.join(store_path, NEXT)
-    shutil.rmtree(target_dir, ignore_errors=True)
-    try:
-        target = Store(target_dir, encryption=new, codec=codec, map_size=map_size)
-        try:
-            written = _copy(source, target)
-        finally:
-            target.close()
-    except BaseException:
-        source.close()
-        shutil.rmtree(target_dir, ignore_errors=True)
-        raise
-    source.close()
-    swap_in(store_path)
-    return written
+    _check_keyrings(new, old)
+    with OwnerLock(os.fspath(path), create=False) as lock:
+        return _rewrite(lock, new, old, codec, map_size)
 
 
 def encrypt_in_place(
@@ -87,17 +75,57 @@ def encrypt_in_place(
     codec: Codec | None = None,
     map_size: int = 256 * 1024 * 1024,
 ) -> bool:
-    """Encrypt a plaintext store under ``keyring``; False if it is already encrypted (nothing done).
+    """Encrypt a plaintext store under ``keyring``; False if it is already encrypted, or there is no
+    store at ``path`` (nothing done).
 
     Crash-safe and resumable: run it again after a crash and it finishes the
     job (or finds the store encrypted).
     """
+    _check_keyrings(keyring, None)
     store_path = os.fspath(path)
-    finish_swap(store_path)
-    if not os.path.isfile(os.path.join(store_path, "data", "data.mdb")) or is_encrypted(store_path):
+    if not _has_store(store_path):
         return False
-    rekey(store_path, keyring, None, codec=codec, map_size=map_size)
-    return True
+    with OwnerLock(store_path, create=False) as lock:
+        if is_encrypted(store_path):
+            return False
+        _rewrite(lock, keyring, None, codec, map_size)
+        return True
+
+
+def _check_keyrings(new: object, old: object) -> None:
+    if not isinstance(new, Keyring):
+        raise EncryptionKeyError(f"a rewrite needs the new Keyring, not {type(new).__name__}")
+    if old is not None and not isinstance(old, Keyring):
+        raise EncryptionKeyError(f"the old keys are a Keyring (or None), not {type(old).__name__}")
+
+
+def _has_store(store_path: str) -> bool:
+    return any(
+        os.path.isfile(os.path.join(store_path, *parts, "data.mdb"))
+        for parts in (("data",), (NEXT, "data"), (PREVIOUS,))
+    )
+
+
+def _rewrite(lock: OwnerLock, new: Keyring, old: Keyring | None, codec: Codec | None, map_size: int) -> int:
+    """Copy the store ``lock`` holds into ``NEXT`` and swap it in."""
+    store_path = lock.store_path
+    source = Store(store_path, read_only=True, encryption=old, codec=codec, map_size=map_size)
+    target_dir = os.path.join(store_path, NEXT)
+    try:
+        shutil.rmtree(target_dir, ignore_errors=True)  # (taking the lock dropped an unfinished copy)
+        target = Store(target_dir, encryption=new, codec=codec, map_size=map_size)
+        try:
+            written = _copy(source, target)
+        finally:
+            target.close()
+        source.close()
+        lock.swap_in()
+    except BaseException:
+        source.close()
+        if not os.path.exists(os.path.join(target_dir, COMPLETE)):
+            shutil.rmtree(target_dir, ignore_errors=True)
+        raise
+    return written
 
 
 def _copy(source: Store, target: Store) -> int:

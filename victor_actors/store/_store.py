@@ -58,7 +58,7 @@ from victor_actors._state import ScopeState
 from victor_actors._values import FrozenDict
 from victor_actors.store._codec import CheckpointRecord, Codec, CommitRecord, ScopeRecord
 from victor_actors.store._crypto import Keyring, Sealer
-from victor_actors.store._files import OwnerLock, check_data_file, finish_swap
+from victor_actors.store._files import OwnerLock, check_data_file, readable_data
 from victor_actors.store._incremental import (
     CheckpointBase,
     assemble,
@@ -145,7 +145,6 @@ class Store:
         self._owner: OwnerLock | None = None
         if encryption is not None and not isinstance(encryption, Keyring):
             raise EncryptionKeyError(f"encryption takes a Keyring, not {type(encryption).__name__}")
-        finish_swap(self.path)
         self._open(map_size)
         try:
             meta = self._meta()
@@ -183,14 +182,17 @@ class Store:
             )
 
     def _open(self, map_size: int) -> None:
-        data = os.path.join(self.path, "data")
-        data_file = os.path.join(data, "data.mdb")
+        """Open the environment: a writer takes the owner lock first (see ``OwnerLock``); a reader
+        reads the directory an interrupted rewrite left as the store's, and changes nothing."""
         if self.read_only:
+            data = readable_data(self.path)
+            data_file = os.path.join(data, "data.mdb")
             if not os.path.isfile(data_file):
                 raise VictorActorsError(f"no victor_actors store at {self.path!r}")
         else:
-            os.makedirs(data, exist_ok=True)
-            self._owner = OwnerLock(self.path, data_file)
+            self._owner = OwnerLock(self.path)
+            data = self._owner.data
+            data_file = os.path.join(data, "data.mdb")
         try:
             check_data_file(data_file)
             self.env = lmdb.open(
