@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import random
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -22,12 +24,14 @@ import lmdb
 import pytest
 
 from victor_actors import (
+    CheckpointCorruptError,
     EncryptionKeyError,
     GlobalStateManager,
     Keyring,
     ScopeRef,
     StoreLockedError,
     TransitionBatch,
+    VictorActorsError,
 )
 from victor_actors.store import Store, encrypt_in_place, rekey
 
@@ -105,6 +109,174 @@ def _rewrite(mode: str, path: Path, **options: Any) -> int:
 
 
 OLD = {"rekey": RING_A, "migrate": None}
+
+
+# -- item 3: a rewrite refuses before the swap when anything fails to open --------------------------
+
+
+@pytest.mark.parametrize("mode", ["rekey", "migrate"])
+def test_a_flipped_bit_in_one_scope_record_refuses_the_rewrite_and_changes_nothing(
+    tmp_path: Path, mode: str
+) -> None:
+    """Guards issue 28 item 3. Failed before the fix: the rewrite listed scopes through the readable
+    scope records, skipped the damaged one, reported success and the swap deleted that scope's
+    intact commits."""
+    _fill(tmp_path, OLD[mode])
+    before = _contents(tmp_path, OLD[mode])
+    _flip(tmp_path, "scopes", _key_of(tmp_path, OLD[mode], "conversation:c3"))
+    digest = _digest(tmp_path)
+    with pytest.raises(CheckpointCorruptError, match="scopes") as caught:
+        _rewrite(mode, tmp_path)
+    assert "unchanged" in str(caught.value)
+    assert _digest(tmp_path) == digest and not (tmp_path / "rewrite.next").exists()
+    # the store is as it was: the other scopes read whole, the damaged scope's commits are still there
+    with GlobalStateManager.open(tmp_path, encryption=OLD[mode]) as manager:
+        for c in (0, 1, 2, 4, 5):
+            ref = f"conversation:c{c}"
+            snap = manager.scope(ref).snapshot()
+            assert (snap.version, list(snap.messages)) == (before[ref][0], before[ref][2])
+        store = manager.store
+        assert store is not None and store.has_records(ScopeRef.parse("conversation:c3"))
+
+
+@pytest.mark.parametrize("mode", ["rekey", "migrate"])
+def test_dropping_damaged_records_is_an_explicit_choice_and_a_scope_record_is_rebuilt_from_its_index(
+    tmp_path: Path, mode: str
+) -> None:
+    """With ``drop_damaged=True`` the rewrite goes on past damage; a damaged scope record is taken
+    from its ``children`` index entry, so the scope keeps every intact commit. Failed before the fix
+    (there was no such option, and the scope was dropped with its commits)."""
+    _fill(tmp_path, OLD[mode])
+    before = _contents(tmp_path, OLD[mode])
+    _flip(tmp_path, "scopes", _key_of(tmp_path, OLD[mode], "conversation:c3"))
+    _rewrite(mode, tmp_path, drop_damaged=True)
+    assert _contents(tmp_path, RING_B) == before
+
+
+def test_the_documented_two_step_rotation_with_the_cli_keeps_the_scopes_created_in_step_one(
+    tmp_path: Path,
+) -> None:
+    """Guards issue 28 item 3. Failed before the fix: ``rekey --key-file NEW --old-key-file OLD``
+    with OLD holding the old key only dropped every scope created during step one (sealed under the
+    new key), exited 0 and said the old key was no longer needed; here, where an older scope also
+    got a commit in step one, it stopped on that commit instead (exit 2)."""
+    store, old_file, new_file = tmp_path / "store", tmp_path / "old.json", tmp_path / "new.json"
+    _fill(store, RING_A)
+    with GlobalStateManager.open(store, encryption=BOTH) as manager:  # step one: the new key active
+        manager.get_conversation_state("made-in-step-one", team_id="t0").set("k", "v")
+        manager.scope("conversation:c0").add_message("after step one")
+    expected = _contents(store, BOTH)
+    RING_A.write_file(old_file)
+    RING_B.write_file(new_file)
+    done = subprocess.run(
+        [sys.executable, "-m", "victor_actors", "rekey", str(store), "--key-file", str(new_file),
+         "--old-key-file", str(old_file)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "old key is no longer needed" in done.stdout
+    assert _contents(store, RING_B) == expected
+    assert expected["conversation:made-in-step-one"][1] == {"k": "v"}
+
+
+def test_a_record_neither_keyring_opens_refuses_with_an_encryption_key_error(tmp_path: Path) -> None:
+    """A scope sealed under a third key (in neither key file): refused, naming that key id, and the
+    store still opens with every key it needs. Failed before the fix (the scope was dropped)."""
+    _fill(tmp_path, RING_A)
+    third = Keyring({"c": KEY_C, "a": KEY_A}, active="c")
+    with GlobalStateManager.open(tmp_path, encryption=third) as manager:
+        manager.get_conversation_state("under-c").set("k", 1)
+    expected = _contents(tmp_path, third)
+    digest = _digest(tmp_path)
+    with pytest.raises(EncryptionKeyError, match="'c'") as caught:
+        rekey(tmp_path, RING_B, RING_A)
+    assert "unchanged" in str(caught.value)
+    assert _digest(tmp_path) == digest and _contents(tmp_path, third) == expected
+    rekey(tmp_path, RING_B, third)  # with the third key it goes through
+    assert _contents(tmp_path, RING_B) == expected
+
+
+def test_a_database_the_copy_would_not_hold_is_never_swapped_away(tmp_path: Path) -> None:
+    """A named database this version does not know (a newer version's, or someone's own) is never
+    deleted by a rewrite: refused before the swap. Failed before the fix (it was dropped)."""
+    _fill(tmp_path, RING_A)
+    env = lmdb.open(str(tmp_path / "data"), max_dbs=16)
+    with env.begin(write=True, db=env.open_db(b"future")) as txn:
+        txn.put(b"k", b"v")
+    env.close()
+    digest = _digest(tmp_path)
+    with pytest.raises(CheckpointCorruptError, match="future"):
+        rekey(tmp_path, RING_B, RING_A)
+    assert _digest(tmp_path) == digest
+
+
+def test_the_swap_is_refused_when_the_copy_holds_fewer_records_than_the_source(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The last check before the swap counts each database in the source and the copy: a copy that
+    lost a record, for whatever reason, is never swapped in."""
+    from victor_actors.store import _rewrite
+
+    _fill(tmp_path, RING_A)
+    before = _contents(tmp_path, RING_A)
+    real = _rewrite.Copier._put
+    skipped: list[bytes] = []
+
+    def lossy(self: Any, db: str, key: bytes, value: bytes) -> None:
+        if db == "log" and not skipped:
+            skipped.append(key)  # a bug that loses one record
+            return
+        real(self, db, key, value)
+
+    monkeypatch.setattr(_rewrite.Copier, "_put", lossy)
+    with pytest.raises(CheckpointCorruptError, match="log"):
+        rekey(tmp_path, RING_B, RING_A)
+    assert skipped and _contents(tmp_path, RING_A) == before
+
+
+def test_random_damage_never_loses_a_record_the_rewrite_could_read(tmp_path: Path) -> None:
+    """Many seeds, each flipping bits in 1 to 3 random records of any database of a copy of the
+    store. Without ``drop_damaged`` every rewrite refuses and leaves the store byte for byte as it
+    was; with it, every scope the damage did not touch is copied whole, and a damaged scope reads as
+    a prefix of what it was (with a report) or a typed error, never as a wrong state."""
+    pristine = tmp_path / "pristine"
+    _fill(pristine, RING_A, conversations=4)
+    before = _contents(pristine, RING_A)
+    store = Store(pristine, read_only=True, encryption=RING_A)
+    owners = {store.layout.ref_key(ScopeRef.parse(ref)): ref for ref in before}
+    store.close()
+    records = [(db, key) for db in ("scopes", "children", "log", "ckpt", "chunks", "kv")
+               for key in _keys(pristine, db)]  # fmt: skip
+    rng = random.Random(2028)
+    for seed in range(40):
+        path = tmp_path / f"seed-{seed}"
+        shutil.copytree(pristine, path)
+        touched = set()
+        for db, key in rng.sample(records, rng.randint(1, 3)):
+            _flip(path, db, key, at=rng.random(), bit=rng.randrange(8))
+            own = key if db == "scopes" else key[-17:] if db == "children" else key[:17]
+            touched.add(owners[own])
+        digest = _digest(path)
+        with pytest.raises((CheckpointCorruptError, EncryptionKeyError)):
+            rekey(path, RING_B, RING_A)
+        assert _digest(path) == digest, seed
+        assert not (path / "rewrite.next").exists()
+        rekey(path, RING_B, RING_A, drop_damaged=True)
+        with GlobalStateManager.open(path, read_only=True, encryption=RING_B) as manager:
+            for ref, (version, values, messages) in before.items():
+                try:
+                    snap = manager.scope(ref).snapshot()
+                except VictorActorsError:
+                    assert ref in touched, (seed, ref)
+                    continue
+                if ref not in touched:
+                    assert (snap.version, dict(snap.state), list(snap.messages)) == (
+                        version, values, messages), (seed, ref)  # fmt: skip
+                else:
+                    assert list(snap.messages) == messages[: len(snap.messages)], (seed, ref)
+            untouched_reports = [r for r in manager.recovery_reports if str(r.ref) not in touched]
+            assert not untouched_reports, (seed, untouched_reports)
+        shutil.rmtree(path)
 
 
 # -- item 5: only the lock holder touches a rewrite in progress -------------------------------------

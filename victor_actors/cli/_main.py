@@ -8,6 +8,7 @@ their own stores); every other command opens ``PATH`` with
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 from collections.abc import Callable
@@ -67,9 +68,34 @@ def keyring_of(args: argparse.Namespace) -> Keyring | None:
 def _rekey(args: argparse.Namespace) -> int:
     new = Keyring.from_file(args.key_file)
     old = Keyring.from_file(args.old_key_file) if args.old_key_file else None
-    written = rekey(args.path, new, old)
-    print(f"rekeyed {args.path}: {written} records under key {new.active!r}; the old key is no longer needed")
+    dropped = _Dropped()
+    logger = logging.getLogger("victor_actors")
+    if args.drop_damaged:
+        logger.addHandler(dropped)
+    try:
+        written = rekey(args.path, new, old, drop_damaged=args.drop_damaged)
+    finally:
+        logger.removeHandler(dropped)
+    for line in dropped.lines:
+        print(f"{PROG}: warning: {line}", file=sys.stderr)
+    left_out = f"; {len(dropped.lines)} damaged record(s) left out (listed above)" if dropped.lines else ""
+    print(
+        f"rekeyed {args.path}: {written} records under key {new.active!r}{left_out}; "
+        "the old key is no longer needed"
+    )
     return 0
+
+
+class _Dropped(logging.Handler):
+    """Collects what ``rekey --drop-damaged`` left out (the rewrite logs each record)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.getMessage().startswith("rewrite: "):
+            self.lines.append(record.getMessage())
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -146,7 +172,18 @@ def _parser() -> argparse.ArgumentParser:
     rekey.add_argument(
         "--old-key-file",
         metavar="OLD",
-        help="the key file the store is encrypted with now (none: it is plaintext)",
+        help=(
+            "the key file the store is encrypted with now (none: it is plaintext); records it does not "
+            "open are tried with NEW (sealed after the first step of a rotation)"
+        ),
+    )
+    rekey.add_argument(
+        "--drop-damaged",
+        action="store_true",
+        help=(
+            "leave out records that open with neither key file (each is listed) instead of refusing; "
+            "without it, any such record refuses the rewrite and the store is left as it was"
+        ),
     )
     sim.add_parser(sub)
     web.add_parser(sub)

@@ -37,7 +37,7 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from victor_actors._errors import CheckpointCorruptError, EncryptionKeyError
 
-__all__ = ["PLAIN_MAGIC", "SEALED_MAGIC", "Keyring", "Sealer"]
+__all__ = ["PLAIN_MAGIC", "SEALED_MAGIC", "Keyring", "Sealer", "sealed_key_id"]
 
 SEALED_MAGIC = b"VE"
 PLAIN_MAGIC = b"VA"
@@ -251,8 +251,23 @@ class Keyring:
         hkdf = HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=b"victor-actors scope ids v1")
         return hkdf.derive(key)
 
+    def with_keys(self, other: Keyring) -> Keyring:
+        """This keyring, plus the keys of ``other`` under ids it lacks (its own keys win; same active)."""
+        keys = {k: v for k, v in other._keys.items() if k not in self._keys}
+        return Keyring({**self._keys, **keys}, self.active)
+
     def aead(self, key_id: str) -> AESGCM | None:
         return self._aead.get(key_id)
+
+
+def sealed_key_id(raw: bytes) -> str | None:
+    """The key id a sealed record's header names (None if it is not shaped as one)."""
+    if len(raw) < 4 or bytes(raw[:2]) != SEALED_MAGIC or not raw[3] or len(raw) < 4 + raw[3] + _NONCE + 16:
+        return None
+    try:
+        return bytes(raw[4 : 4 + raw[3]]).decode("utf-8")
+    except UnicodeDecodeError:
+        return None
 
 
 class Sealer:
