@@ -4,7 +4,7 @@ The rewrite holds the store's owner lock from start to end (a writer beside
 it is refused with ``StoreLockedError``; a read-only open reads the store as
 it was and touches nothing). Every record is copied by key range into a fresh
 store beside the data, under the new keyring's active key, its keyed-hash
-layout (``_rewrite.py``: anything that does not open
+layout and a new store id (``_rewrite.py``: anything that does not open
 refuses the rewrite before the swap, and the copy is counted against the
 source); then the copy is marked complete and swapped in by renames
 (``OwnerLock.swap_in``). A crash at any point leaves the old store or the new
@@ -131,7 +131,7 @@ def _rewrite(
         shutil.rmtree(target_dir, ignore_errors=True)  # (taking the lock dropped an unfinished copy)
         target = Store(target_dir, encryption=new, codec=codec, map_size=map_size)
         try:
-            fallback = None if old is None else Sealer(new)
+            fallback = None if old is None else Sealer(new, source.sealer.store_id)
             written = Copier(source, target, fallback, drop_damaged=drop).run()
         finally:
             target.close()

@@ -8,7 +8,7 @@ follows deletes the source). So:
   Each record is opened with the old keys (and, failing that, the new ones:
   a store halfway through a rotation holds records under both), its checksum
   checked at its old place, then bound to its new place (the new key layout,
-  the new store), sealed under the new active key and written. Its body
+  the new store id), sealed under the new active key and written. Its body
   is copied as it is: nothing is decoded and encoded again but the scope
   records, whose ids name the new keys.
 - **Anything that does not open refuses the rewrite** before the swap
@@ -31,7 +31,7 @@ follows deletes the source). So:
 
 The records' keys change with the layout: a scope key is the scope id (a
 plaintext store) or a keyed hash of it (an encrypted one, under the store's
-id key), so each record's scope prefix is mapped to its scope,
+id key and store id), so each record's scope prefix is mapped to its scope,
 found in the scope record under that prefix.
 """
 
@@ -46,7 +46,8 @@ from victor_actors._model import ScopeRef
 from victor_actors.store._codec import ScopeRecord
 from victor_actors.store._crypto import Sealer, sealed_key_id
 from victor_actors.store._keys import ROOT_PARENT, is_head, place, ref_from_key
-from victor_actors.store._store import _HEAD, META_KEY, Store, _head_crc
+from victor_actors.store._meta import META_KEY
+from victor_actors.store._store import _HEAD, Store, _head_crc
 from victor_actors.store._writer import WriteTxn
 
 __all__ = ["Copier"]
