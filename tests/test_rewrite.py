@@ -353,6 +353,28 @@ def test_a_refused_writer_or_a_read_only_open_never_touches_a_rewrite_in_progres
     assert _contents(store, RING_B) == expected
 
 
+def test_the_owner_lock_waits_for_its_timeout_and_is_taken_once_released(tmp_path: Path) -> None:
+    """``OwnerLock(timeout=)`` polls both locks: refused after the timeout, taken once the owner
+    closes (what an open with a lock timeout relies on)."""
+    import threading
+
+    from victor_actors.store._files import OwnerLock
+
+    store = Store(tmp_path)
+    with pytest.raises(StoreLockedError, match=r"waited 0\.1 s"):
+        OwnerLock(str(tmp_path), timeout=0.1)
+    taken: list[OwnerLock] = []
+    waiter = threading.Thread(target=lambda: taken.append(OwnerLock(str(tmp_path), timeout=60.0)))
+    waiter.start()
+    store.close()
+    waiter.join()
+    (lock,) = taken
+    with pytest.raises(StoreLockedError):
+        Store(tmp_path)
+    lock.release()
+    Store(tmp_path).close()
+
+
 # -- SIGKILL at every step of the rewrite ------------------------------------------------------------
 
 _DRIVER = """

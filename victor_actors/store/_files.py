@@ -41,6 +41,7 @@ import fcntl
 import os
 import shutil
 import struct
+import time
 from typing import IO
 
 from victor_actors._errors import CheckpointCorruptError, StoreLockedError, VictorActorsError
@@ -173,27 +174,28 @@ class OwnerLock:
     locks the data file (``data`` is its directory). A refusal changes
     nothing on disk.
 
+    With ``timeout``, a lock another process holds is waited for that many
+    seconds (polled: ``flock`` takes no deadline).
+
     Raises:
-        StoreLockedError: another live owner holds either lock.
+        StoreLockedError: another live owner holds either lock (for the whole ``timeout``).
         VictorActorsError: there is no store at ``store_path`` and ``create`` is False.
     """
 
-    def __init__(self, store_path: str, *, create: bool = True) -> None:
+    def __init__(self, store_path: str, *, create: bool = True, timeout: float = 0.0) -> None:
         self._dir: int | None = None
         self._file: IO[bytes] | None = None
         self.store_path = store_path
         self.data = os.path.join(store_path, "data")
         data_file = os.path.join(self.data, "data.mdb")
+        deadline = time.monotonic() + timeout
         if create:
             os.makedirs(store_path, exist_ok=True)
         elif not os.path.isdir(store_path):
             raise VictorActorsError(f"no victor_actors store at {store_path!r}")
         fd = os.open(store_path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            raise _locked(store_path) from None
+            _flock(fd, store_path, deadline, timeout)
         except BaseException:
             os.close(fd)
             raise
@@ -205,10 +207,10 @@ class OwnerLock:
             os.makedirs(self.data, exist_ok=True)
             handle = open(data_file, "ab")  # creates an empty data file for a new store
             try:
-                fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
+                _flock(handle.fileno(), store_path, deadline, timeout)
+            except BaseException:
                 handle.close()
-                raise _locked(store_path) from None
+                raise
             self._file = handle
         except BaseException:
             self.release()
@@ -241,6 +243,19 @@ class OwnerLock:
         _fsync_dir(nxt)
         _finish_swap(self.store_path)
 
+    def forget(self) -> None:
+        """In a forked child: close this process's descriptors of the locks without unlocking them.
+
+        ``flock`` belongs to the open file, which a fork shares: unlocking here
+        would unlock the parent, which stays the only holder.
+        """
+        handle, self._file = self._file, None
+        fd, self._dir = self._dir, None
+        if handle is not None:
+            handle.close()
+        if fd is not None:
+            os.close(fd)
+
     def release(self) -> None:
         handle, self._file = self._file, None
         fd, self._dir = self._dir, None
@@ -255,11 +270,21 @@ class OwnerLock:
                 os.close(fd)  # closing the descriptor releases its lock
 
 
-def _locked(store_path: str) -> StoreLockedError:
-    return StoreLockedError(
-        f"{store_path!r} is owned by another live manager (or a rewrite); nothing was opened "
-        "(open it with read_only=True to inspect it)"
-    )
+def _flock(fd: int, store_path: str, deadline: float, timeout: float) -> None:
+    """Lock ``fd`` exclusively, polling until ``deadline`` while another process holds it."""
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                waited = f"waited {timeout:g} s" if timeout > 0 else "did not wait"
+                raise StoreLockedError(
+                    f"{store_path!r} is owned by another live manager or a rewrite ({waited}); nothing was "
+                    "opened (open it with read_only=True to inspect it)"
+                ) from None
+            time.sleep(min(0.05, left))
 
 
 def readable_data(store_path: str) -> str:
