@@ -333,6 +333,10 @@ def test_a_refused_writer_or_a_read_only_open_never_touches_a_rewrite_in_progres
             GlobalStateManager.open(store, encryption=RING_A)
         with pytest.raises(StoreLockedError):
             GlobalStateManager.open(store, encryption=RING_B)
+        with pytest.raises(StoreLockedError):
+            rekey(store, RING_A, RING_B)  # a second rewrite
+        with pytest.raises(StoreLockedError):
+            GlobalStateManager.open(store, encryption=RING_B, encryption_migrate=True)
         assert _contents(store, RING_A) == expected  # a read-only open reads the old store
         with open_read_only(str(store), encryption=RING_A) as manager:  # what `serve` opens
             assert manager.scope("conversation:c1").version == COMMITS
