@@ -71,7 +71,8 @@ class Copier:
         self.target = target
         self.openers = [source.sealer] + ([fallback] if fallback is not None else [])
         self.drop_damaged = drop_damaged
-        self.damaged: list[str] = []
+        self.damaged: list[str] = []  # the first few, for the refusal's message
+        self.damage_count = 0
         self.missing_keys: set[str] = set()
         self.other_damage = False
         self.written: Counter[str] = Counter()
@@ -81,7 +82,6 @@ class Copier:
         # want of a key (True) or damaged (False)
         self._recovered: dict[bytes, ScopeRef] = {}  # the same, the scope found in its index entry
         self._last: tuple[bytes, ScopeRef | None] | None = None
-        self._last_was_damage = False
 
     # -- the copy -------------------------------------------------------------------------------
 
@@ -103,7 +103,7 @@ class Copier:
             what = f"the scope record at scopes/{key.hex()}"
             plain = self._open("scopes", key, raw, what)
             if plain is None:
-                self._unread[key] = not self._last_was_damage
+                self._unread[key] = self._lacking(raw) is not None
                 continue
             try:
                 record = self.source.codec.decode_scope(plain, ref=what, place=place("scopes", key))
@@ -160,8 +160,8 @@ class Copier:
                     self._put_scope(record, own, None)
                     self._unread.pop(own, None)
                 elif own not in self._unread:
-                    self._damage("scopes", f"the scope record of {record.ref}", "it is missing (its index "
-                                 "entry is there)")  # fmt: skip
+                    why = "it is missing (its index entry is there)"
+                    self._damage("scopes", f"the scope record of {record.ref}", why)
 
     def _copy_scoped(self, db: str) -> None:
         """Every record of ``db`` (keys: a scope key, then a suffix kept as it is)."""
@@ -170,11 +170,9 @@ class Copier:
             prefix, ref = self._scope_of(key)
             if ref is None:
                 what = f"a record at {db}/{key.hex()}"
-            else:
-                what = f"the head record of {ref}" if head else f"a record of {ref} in {db}"
-            if ref is None:
                 self._damage(db, what, self._no_scope(prefix), key=self._unread.get(prefix, False))
                 continue
+            what = f"the head record of {ref}" if head else f"a record of {ref} in {db}"
             plain = self._open(db, key, raw, what)
             if plain is None:
                 continue
@@ -262,15 +260,20 @@ class Copier:
                 return sealer.open(raw, where, what)
             except CheckpointCorruptError as exc:
                 first = first or exc
-        key_id = sealed_key_id(raw)
-        if key_id is not None and all(
-            s.keyring is not None and key_id not in s.keyring for s in self.openers
-        ):
+        key_id = self._lacking(raw)
+        if key_id is not None:
             self.missing_keys.add(key_id)
             self._damage(db, what, f"sealed under key {key_id!r}, which neither keyring holds", key=True)
         else:
             self._damage(db, what, str(first))
         return None
+
+    def _lacking(self, raw: bytes) -> str | None:
+        """The key id ``raw`` is sealed under when no keyring holds it (None: not that trouble)."""
+        key_id = sealed_key_id(raw)
+        if key_id is None or any(s.keyring is None or key_id in s.keyring for s in self.openers):
+            return None
+        return key_id
 
     def _scope_of(self, key: bytes) -> tuple[bytes, ScopeRef | None]:
         """The scope prefix of ``key`` and its scope (None: no readable record names it)."""
@@ -282,16 +285,8 @@ class Copier:
         if self._last is not None and self._last[0] == prefix:
             return self._last
         ref = self._recovered.get(prefix)
-        raw = None if ref is not None or prefix in self._unread else self._get("scopes", prefix)
-        for sealer in self.openers if raw is not None else ():
-            assert raw is not None
-            try:
-                plain = sealer.open(raw, place("scopes", prefix), "a scope record")
-                record = self.source.codec.decode_scope(plain, place=place("scopes", prefix))
-            except (CheckpointCorruptError, VictorActorsError):
-                continue
-            ref = record.ref if layout.ref_key(record.ref) == prefix else None
-            break
+        if ref is None and prefix not in self._unread:
+            ref = self._ref_at(prefix)
         if ref is None and not layout.hashed:
             try:  # a plaintext key is the scope id itself
                 ref = ref_from_key(prefix)
@@ -301,6 +296,22 @@ class Copier:
                 ref = None
         self._last = (prefix, ref)
         return self._last
+
+    def _ref_at(self, prefix: bytes) -> ScopeRef | None:
+        """The scope the source's scope record at ``prefix`` names (None: none there, or it does not open)."""
+        raw = self._get("scopes", prefix)
+        if raw is None:
+            return None
+        where = place("scopes", prefix)
+        for sealer in self.openers:
+            try:
+                record = self.source.codec.decode_scope(
+                    sealer.open(raw, where, "a scope record"), place=where
+                )
+            except (CheckpointCorruptError, VictorActorsError):
+                continue
+            return record.ref if self.source.layout.ref_key(record.ref) == prefix else None
+        return None
 
     def _no_scope(self, prefix: bytes) -> str:
         if self._unread.get(prefix):
@@ -318,15 +329,16 @@ class Copier:
         return _HEAD.pack(version, _head_crc(new_key, version))
 
     def _damage(self, db: str, what: str, why: str, *, key: bool = False) -> None:
-        self.damaged.append(f"{what}: {why}")
-        self._last_was_damage = not key
+        self.damage_count += 1
+        if len(self.damaged) < _SHOWN:
+            self.damaged.append(f"{what}: {why}")
         self.other_damage |= not key
         self.dropped[db] += 1
         if self.drop_damaged:
             logger.warning("rewrite: left out %s: %s", what, why)
 
     def _put(self, db: str, key: bytes, value: bytes) -> None:
-        if self.damaged and not self.drop_damaged:
+        if self.damage_count and not self.drop_damaged:
             return  # it will be refused: only the damage is still counted
         self._ops.append((db, key, value))
         self.written[db] += 1
@@ -365,22 +377,26 @@ class Copier:
             )
 
     def _refuse_damage(self) -> None:
-        if not self.damaged or self.drop_damaged:
+        if not self.damage_count or self.drop_damaged:
             return
-        shown = "; ".join(self.damaged[:_SHOWN])
-        more = f"; and {len(self.damaged) - _SHOWN} more" if len(self.damaged) > _SHOWN else ""
+        shown = "; ".join(self.damaged)
+        more = (
+            f"; and {self.damage_count - len(self.damaged)} more"
+            if self.damage_count > len(self.damaged)
+            else ""
+        )
         tail = (
             f"; the store at {self.source.path!r} is unchanged (under its old keys) and the copy was "
             "removed. "
         )
         if not self.other_damage:
             raise EncryptionKeyError(
-                f"the rewrite was refused before the swap: {len(self.damaged)} record(s) are sealed under "
+                f"the rewrite was refused before the swap: {self.damage_count} record(s) are sealed under "
                 f"key(s) {sorted(self.missing_keys)} that neither keyring holds ({shown}{more}){tail}"
                 "Give the old keyring those keys too"
             )
         raise CheckpointCorruptError(
-            f"the rewrite was refused before the swap: {len(self.damaged)} record(s) do not open "
+            f"the rewrite was refused before the swap: {self.damage_count} record(s) do not open "
             f"({shown}{more}){tail}Restore them from a copy, or rewrite with drop_damaged=True "
             "(victor-actors rekey --drop-damaged) to leave them out"
         )
