@@ -200,6 +200,29 @@ class Codec:
         crc = zlib.crc32(body, zlib.crc32(head, 0 if place is None else zlib.crc32(place)))
         return bytes(head + struct.pack(">I", crc) + body)
 
+    def rebind(self, raw: bytes, old: bytes, new: bytes, what: str) -> bytes:
+        """The record framed for place ``old``, framed for ``new`` instead; its body is untouched.
+
+        For copies between stores whose keys differ (``_rewrite.py``): the
+        checksum is verified at ``old`` (or without a place, for a record
+        from before places were bound) and computed again over ``new``.
+
+        Raises:
+            CheckpointCorruptError: the record fails its checksum at ``old``.
+        """
+        raw = bytes(raw)
+        if len(raw) < _HEADER.size:
+            raise CheckpointCorruptError(f"{what} is too short to be a record")
+        magic, flags, schema, crc = _HEADER.unpack_from(raw)
+        body = raw[_HEADER.size :]
+        seed = zlib.crc32(old) if flags & _FLAG_PLACED else 0
+        if magic != _MAGIC or zlib.crc32(body, zlib.crc32(raw[: _HEADER.size - 4], seed)) != crc:
+            raise CheckpointCorruptError(
+                f"{what} fails its checksum (damaged, or moved here from another key)"
+            )
+        head = _HEADER.pack(_MAGIC, flags | _FLAG_PLACED, schema, 0)[:-4]
+        return bytes(head + struct.pack(">I", zlib.crc32(body, zlib.crc32(head, zlib.crc32(new)))) + body)
+
     def unpack(
         self, raw: bytes, *, ref: object = None, version: int | None = None, place: bytes | None = None
     ) -> Mapping[str, Any]:
