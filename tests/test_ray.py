@@ -277,6 +277,28 @@ def test_a_run_rolls_back_across_shards(manager: RayStateManager) -> None:
     assert a.get("k") == "before"
 
 
+def test_a_run_rolls_back_a_write_whose_reply_was_lost_to_a_shard_kill(manager: RayStateManager) -> None:
+    """Regression (issue 29, item 1; ``simulate --ray`` failed "message isolation" and "rollbacks
+    accounted for" about one run in two): a write of a run committed, its shard died before
+    replying, and the driver's retry found the commit by its batch id. The shard answered with a
+    record rebuilt from the log that carried only the transitions, no added messages nor key
+    changes, so the run's rollback undid nothing and the message survived. Failed before the fix
+    (the message was still there, and the record had no added messages); now the found commit is
+    rebuilt in full and undone."""
+    (conv,) = _on_shard(manager, 1, "lost")
+    conv.set("k", "before")
+    ray.get(manager.shard_actor(1).inject.remote("apply_after_commit"))
+    records = []
+    with pytest.raises(RunFailedError) as info, manager.run("s"):
+        records.append(conv.apply(TransitionBatch().add_message("during").update_state("k", "during")))
+        raise RuntimeError("the agent failed")
+    assert records[0].added_messages == ("during",) and records[0].changed_keys == ("k",)
+    assert manager.stats()["shard_deduplicated"] >= 1  # the retry was answered from the log
+    assert list(conv.snapshot().messages) == [] and conv.get("k") == "before"
+    (scope,) = info.value.rollback_report.scopes
+    assert scope.messages_removed == 1 and scope.keys_restored == ("k",) and not scope.conflicts
+
+
 def test_a_run_rollback_never_erases_another_writers_commit(manager: RayStateManager) -> None:
     """Regression: the rollback restored whole scopes to their pre-run versions, so another writer's
     commit made during the run (in the same team) was erased, half of its batch with it. Now the

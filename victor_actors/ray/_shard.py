@@ -337,8 +337,14 @@ class Shard:
     async def inject(self, point: str) -> None:
         """Arm a one-shot crash (``os._exit``) at ``point``, for fault tests: ``part_after_prepare``
         (a participant, once its prepare record is durable), ``home_before_commit`` and
-        ``home_after_commit`` (global's home, around its commit of a cross-shard batch)."""
-        if point not in ("part_after_prepare", "home_before_commit", "home_after_commit"):
+        ``home_after_commit`` (global's home, around its commit of a cross-shard batch),
+        ``apply_after_commit`` (a plain write, durable, before its reply)."""
+        if point not in (
+            "part_after_prepare",
+            "home_before_commit",
+            "home_after_commit",
+            "apply_after_commit",
+        ):
             raise ValueError(f"unknown fault point {point!r}")
         self._fault = point
 
@@ -456,10 +462,18 @@ class Shard:
     # -- operations ----------------------------------------------------------------
 
     def _find(self, refs: frozenset[ScopeRef], batch_id: str) -> StateChanged | None:
-        """The commit of ``batch_id`` in one of ``refs``' last DEDUPE_WINDOW commits, if any."""
+        """The commit of ``batch_id`` in ``refs``' last DEDUPE_WINDOW commits, as a full record.
+
+        Full: its key changes, messages (with their place in the log), stage, tool requests and
+        sessions, rebuilt by the reducer from the version before it, as the live commit made them.
+        A run's rollback undoes a commit from exactly these fields: a record carrying only the
+        transitions (what the log stores) would undo nothing. When the batch wrote several
+        scopes, the other scopes' records are its ``related``.
+        """
         store = self.manager.store
         if store is None:
             return None
+        found: list[StateChanged] = []
         for ref in sorted(refs, key=str):
             head = store.head(ref) or 0
             for v in range(head, max(0, head - DEDUPE_WINDOW), -1):
@@ -467,17 +481,23 @@ class Shard:
                     rec = store.commit_record(ref, v)
                 except VictorActorsError:
                     break
-                if _carries(rec.transitions, batch_id):
-                    return StateChanged(
-                        ref=ref,
+                if rec.kind == "batch" and _carries(rec.transitions, batch_id):
+                    before = self.manager.state_at(ref, v - 1)._state
+                    _state, full = reduce(
+                        before,
+                        rec.transitions,
                         commit_id=rec.commit_id,
-                        old_version=v - 1,
-                        new_version=v,
-                        transitions=rec.transitions,
                         run_id=rec.run_id,
                         timestamp=rec.timestamp,
                     )
-        return None
+                    found.append(full)
+                    break
+        if not found:
+            return None
+        if len(found) == 1:
+            return found[0]
+        involved = tuple(r.ref for r in found)
+        return attrs.evolve(found[0], involved=involved, related=tuple(found[1:]))
 
     async def _apply(self, op: Any) -> Any:
         handle = self._handle(_address(op["a"]))
@@ -492,6 +512,7 @@ class Shard:
                     return w.record_to(found)
         expected = _expected(op.get("x"))
         record = await self._write(handle, steps, expected, float(op.get("to") or 30.0), None)
+        self._crash_at("apply_after_commit")
         return w.record_to(record, transitions=False)  # the driver has them
 
     async def _snapshot(self, op: Any) -> Any:
