@@ -211,6 +211,17 @@ def test_a_cross_shard_batch_is_all_or_nothing(manager: RayStateManager) -> None
     assert manager.stats()["shard_held"] == 0
 
 
+def test_a_batch_off_home_that_writes_only_global_commits(manager: RayStateManager) -> None:
+    """Regression (found while writing the test below): a batch applied to a scope off global's home
+    that wrote only the global scope sent a part with nothing to write, and the part's dry run
+    failed with a bare ``KeyError`` (a ``ScopeFailedError``: "bad shard request"). Failed before
+    the fix; the empty part now votes with its scope's version."""
+    (off,) = _on_shard(manager, 1, "only-global")
+    rec = off.apply(TransitionBatch().update_state("total", 5, scope="global"))
+    assert {r.ref for r in (rec, *rec.related) if r.committed} == {ScopeRef("global", "global")}
+    assert manager.get_global_state().get("total") == 5 and off.version == 0
+
+
 def test_concurrent_cross_shard_batches_lose_no_update_threads(manager: RayStateManager) -> None:
     """50 conversations on two shards each bump a global counter in one batch with their own message."""
     convs = _on_shard(manager, 0, "t-a", 25) + _on_shard(manager, 1, "t-b", 25)
@@ -297,6 +308,40 @@ def test_a_run_rolls_back_a_write_whose_reply_was_lost_to_a_shard_kill(manager: 
     assert list(conv.snapshot().messages) == [] and conv.get("k") == "before"
     (scope,) = info.value.rollback_report.scopes
     assert scope.messages_removed == 1 and scope.keys_restored == ("k",) and not scope.conflicts
+
+
+def test_a_run_write_still_waiting_at_the_runs_timeout_never_outlives_the_run(
+    manager: RayStateManager,
+) -> None:
+    """Regression (issue 29, item 1): ``arun``'s timeout cancelled the body while its write waited on
+    the shard (here: behind a cross-shard prepare holding the scope). The run rolled back the commits
+    it had replies for (none), and the write applied once the hold was gone: the run's message
+    outlived its rollback. Failed before the fix (the messages were ``["late", "after"]``). Now a
+    run's writes are bounded by its deadline, tracked until their reply whether or not the caller
+    still waits, waited for before the rollback, and refused by a shard once their run is rolled back."""
+    from victor_actors.ray import _wire
+
+    (conv,) = _on_shard(manager, 1, "late")
+    conv.add_message("before")
+    actor = manager.shard_actor(1)
+
+    def call(op: dict[str, Any]) -> Any:
+        ((ok, value),) = _wire.decode(ray.get(actor.call.remote(_wire.encode({"ops": (op,)}))))["r"]
+        assert ok, value
+        return value
+
+    hold = _wire.transitions_to(tuple(TransitionBatch().update_state("held", True)))  # never committed
+    call({"k": "prepare", "id": "test-hold", "role": "global", "a": conv.address, "t": hold, "x": None})
+
+    async def agent() -> None:
+        async with manager.arun("s", timeout=0.5):
+            await conv.aadd_message("late")  # waits behind the hold past the run's timeout
+
+    with pytest.raises(RunTimeoutError):
+        asyncio.run(agent())
+    call({"k": "abort", "id": "test-hold"})  # the hold goes: a write still waiting would apply now
+    conv.add_message("after")
+    assert list(conv.snapshot().messages) == ["before", "after"]
 
 
 def test_a_run_rollback_never_erases_another_writers_commit(manager: RayStateManager) -> None:
