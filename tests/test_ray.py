@@ -175,6 +175,28 @@ def test_garbage_sent_to_a_shard_is_refused_and_changes_nothing(manager: RayStat
     assert conv.version == 1 and conv.get("k") == 1
 
 
+def test_a_frame_whose_ops_are_not_a_list_gets_a_typed_error_reply(manager: RayStateManager) -> None:
+    """Regression (issue 28, item 10): a frame whose ``ops`` was ``5`` or ``None`` made the shard's
+    ``call`` raise a bare ``TypeError`` (iterating it), which reached the caller as Ray's task error.
+    Failed before the fix (``ray.get`` raised). Now the reply is a typed error, nothing is applied,
+    and the shard keeps serving."""
+    from victor_actors.ray import _wire
+
+    conv = manager.get_conversation_state("g2")
+    conv.set("k", 1)
+    actor = manager.shard_actor(conv.shard)
+    for ops in (5, None, "apply", {"k": "apply"}):
+        reply = _wire.decode(ray.get(actor.call.remote(_wire.encode({"ops": ops}))))
+        assert reply["r"] == () and reply["e"]["e"] == "ScopeFailedError", reply
+        assert "must hold its operations as a list under 'ops'" in reply["e"]["m"]
+        assert "nothing was run" in reply["e"]["m"]
+    reply = _wire.decode(ray.get(actor.call.remote(_wire.encode({"no ops": ()}))))
+    assert reply["e"]["e"] == "ScopeFailedError"
+    assert conv.version == 1 and conv.get("k") == 1
+    conv.set("k", 2)  # still serving
+    assert conv.get("k") == 2
+
+
 def test_conversations_on_different_shards_are_isolated(manager: RayStateManager) -> None:
     (a,) = _on_shard(manager, 0, "iso-a")
     (b,) = _on_shard(manager, 1, "iso-b")

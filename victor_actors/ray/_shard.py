@@ -377,8 +377,8 @@ class Shard:
         """Run every operation in ``raw`` concurrently; reply with one result per operation, in order."""
         await self._start()
         try:
-            ops = w.decode(raw)["ops"]
-        except (VictorActorsError, KeyError, TypeError) as exc:
+            ops = w.ops_of(w.decode(raw))
+        except VictorActorsError as exc:
             return w.encode({"r": (), "e": w.error_to(exc)})
         results = await asyncio.gather(*(self._op(op) for op in ops))
         self.counters["calls"] += 1
