@@ -607,10 +607,13 @@ class RayStateManager:
         write = RunWrite(run, handle, steps, batch_id, self._known_handle, across=True)
         # shielded: a caller cancelled at the run's timeout leaves the protocol to finish, and the
         # run to learn its outcome, before the rollback
-        return await self._on_loop(self._across_for(write, rest, tuple(glob), pairs, wait), shield=True)
+        return await self._on_loop(
+            self._across_for(handle, write, rest, tuple(glob), pairs, wait), shield=True
+        )
 
     async def _across_for(
         self,
+        handle: RayScopeHandle,
         write: RunWrite,
         rest: tuple[StateTransition, ...],
         glob: tuple[StateTransition, ...],
@@ -620,7 +623,7 @@ class RayStateManager:
         """:meth:`_across` for a run's write: its outcome goes to the run (on the driver loop)."""
         write.begin()
         try:
-            record = await self._across(write.handle, rest, glob, pairs, wait, write.batch_id)
+            record = await self._across(handle, rest, glob, pairs, wait, write.batch_id)
         except BaseException as exc:
             write.settle(False if refused(exc) else None)
             raise

@@ -27,7 +27,7 @@ import asyncio
 import time
 import uuid
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from victor_actors._errors import (
     ScopeAccessError,
@@ -39,12 +39,19 @@ from victor_actors._model import GLOBAL_REF, ScopeRef, StateScope, StateTransiti
 from victor_actors._rollback import RollbackReport
 from victor_actors._state import StateChanged
 from victor_actors.ray import _wire as w
+from victor_actors.ray._placement import Address
 from victor_actors.ray._wire import ShardUnavailableError
 
-if TYPE_CHECKING:
-    from victor_actors.ray._driver import RayScopeHandle
-
 __all__ = ["RayRun", "RunWrite", "refused"]
+
+
+class RayScopeHandle(Protocol):
+    """What a run needs of a ``RayScopeHandle`` (the driver's, which imports this module)."""
+
+    ref: ScopeRef
+    address: Address
+    shard: int
+    _manager: Any
 
 
 class RayRun:
