@@ -272,7 +272,7 @@ class ScopeHandle:
         hooks = _trace.hooks  # traced: the caller's span, current from here until trace.end
         if hooks is None:
             return self._apply(req, wait, parts, expected_version)
-        trace = req.trace = hooks.call("apply", self.ref, req, parts is not None)
+        trace = req.trace = hooks.call("apply", self.ref, req, parts is not None, self._kernel.names)
         try:
             record = self._apply(req, wait, parts, expected_version)
         except BaseException as exc:
@@ -306,7 +306,7 @@ class ScopeHandle:
         hooks = _trace.hooks  # traced: the caller's span, current from here until trace.end
         if hooks is None:
             return await self._aapply(req, wait, parts, expected_version, loop, future)
-        trace = req.trace = hooks.call("aapply", self.ref, req, parts is not None)
+        trace = req.trace = hooks.call("aapply", self.ref, req, parts is not None, self._kernel.names)
         try:
             record = await self._aapply(req, wait, parts, expected_version, loop, future)
         except BaseException as exc:

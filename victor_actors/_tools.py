@@ -173,7 +173,7 @@ class ToolDispatcher:
         checked: bool,
     ) -> None:
         hooks = _trace.hooks  # traced: executors run in the committing request's context
-        trace = None if hooks is None else hooks.capture()
+        trace = None if hooks is None else hooks.capture(self._kernel.names)
         for request in requests:
             name = request["tool_name"]
             key = (ref, request["request_id"])
