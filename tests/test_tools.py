@@ -440,6 +440,20 @@ def test_a_request_to_a_tool_with_no_executor_is_listed_and_logged_once(
     assert manager.tools.unhandled == [(conv.ref, "c", "other")]
 
 
+def test_registering_an_executor_runs_a_listed_request_of_a_passivated_scope_once(tmp_path: Path) -> None:
+    with GlobalStateManager.open(tmp_path, max_live_actors=1) as manager:
+        conv = manager.get_conversation_state("c")
+        conv.apply(TransitionBatch().execute_tool("later", {"q": 3}, request_id="r"))
+        for i in range(3):  # other scopes take the only live actor: c is passivated, then evicted
+            manager.get_conversation_state(f"other-{i}").set("k", i)
+        manager.passivate_idle(0)
+        rec = Recorder(lambda call: call.arguments["q"])
+        manager.register_tool("later", rec)  # reading c brings it back, which redelivers it too
+        manager.quiesce()
+        assert [c.request_id for c in rec.calls] == ["r"]
+        assert _results(conv.snapshot())["r"]["content"] == 3 and manager.tools.unhandled == []
+
+
 def test_registering_an_executor_skips_a_listed_request_answered_meanwhile(
     manager: GlobalStateManager,
 ) -> None:

@@ -153,9 +153,17 @@ class ToolDispatcher:
         with self._lock:
             self._tools[name] = _Tool(fn, float(timeout), inspect.iscoroutinefunction(fn))
             waiting = [(key, u) for key, u in self._unhandled.items() if u.name == name]
-        for (ref, _rid), u in waiting:
-            # checked again under the lock by dispatch (a result may land in between)
-            self._dispatch(ref, (u.request,), redelivery=u.redelivery, run_id=u.run_id, checked=True)
+        for (ref, rid), u in waiting:
+            # Read the scope outside our lock (reading may restore it, and a restore dispatches its
+            # pending requests through this dispatcher); a request answered by hand in between is
+            # run once more at worst, and its result refused: a result is applied at most once.
+            if not self._still_pending(ref, rid):
+                with self._lock:
+                    self._unhandled.pop((ref, rid), None)
+                continue
+            self._dispatch(
+                ref, (u.request,), redelivery=u.redelivery, run_id=u.run_id, checked=False, listed=True
+            )
 
     def dispatch(
         self, ref: ScopeRef, requests: tuple[Any, ...], *, redelivery: bool = False, run_id: str | None = None
@@ -171,6 +179,7 @@ class ToolDispatcher:
         redelivery: bool,
         run_id: str | None,
         checked: bool,
+        listed: bool = False,
     ) -> None:
         hooks = _trace.hooks  # traced: executors run in the committing request's context
         trace = None if hooks is None else hooks.capture(self._kernel.names)
@@ -186,7 +195,8 @@ class ToolDispatcher:
                     warn = name not in self._warned
                     self._warned.add(name)
                 else:
-                    self._unhandled.pop(key, None)
+                    if self._unhandled.pop(key, None) is None and listed:
+                        continue  # dispatched meanwhile (its scope was restored, or resumed)
                     if key in self._inflight:
                         continue
                     if checked and not self._still_pending(ref, request["request_id"]):
