@@ -332,6 +332,24 @@ def test_a_run_rolls_back_a_write_whose_reply_was_lost_to_a_shard_kill(manager: 
     assert scope.messages_removed == 1 and scope.keys_restored == ("k",) and not scope.conflicts
 
 
+def test_a_rollback_whose_reply_was_lost_to_a_shard_kill_is_not_done_twice(manager: RayStateManager) -> None:
+    """Regression (issue 29, item 1): a run's undo of one scope committed, its shard died before
+    replying, and the driver's retry undid the scope again from the same records: it found none of
+    them as the run had left them and reported the run's message as "no longer there", a conflict,
+    though the run's own rollback had removed it. Failed before the fix (the report's conflicts).
+    Now a retried undo finds the run's rollback commit in the scope's log and stops there."""
+    (conv,) = _on_shard(manager, 1, "undo")
+    conv.add_message("before")
+    ray.get(manager.shard_actor(1).inject.remote("rollback_after_commit"))
+    with pytest.raises(RunFailedError) as info, manager.run("s"):
+        conv.add_message("during")
+        raise RuntimeError("the agent failed")
+    assert list(conv.snapshot().messages) == ["before"]
+    (scope,) = info.value.rollback_report.scopes
+    assert scope.conflicts == () and scope.version == 3  # the rollback commit the first attempt made
+    assert manager.stats()["shard_rollbacks_deduplicated"] == 1
+
+
 def test_a_run_write_still_waiting_at_the_runs_timeout_never_outlives_the_run(
     manager: RayStateManager,
 ) -> None:

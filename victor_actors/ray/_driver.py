@@ -55,6 +55,7 @@ IN_FLIGHT = 2  # Ray calls outstanding per shard
 MAX_OPS = 1000  # operations per call
 RETRY_PAUSE = 0.2  # seconds between attempts to reach a shard that went away
 SETTLE_SLACK = 5.0  # seconds past a run's deadline its rollback waits for the run's writes in flight
+ROLLBACK_WAIT = 10.0  # at least this long for each scope's undo: it rides out a shard's restart
 _WRITES = frozenset({"apply", "commit", "restore", "checkpoint", "rollback"})
 _PROTOCOL = frozenset({"prepare", "commit", "abort", "status"})
 _CURRENT_RUN: contextvars.ContextVar[RayRun | None] = contextvars.ContextVar(
@@ -196,7 +197,7 @@ class _Lane:
                     )
                 )
                 continue
-            if item.op["k"] == "apply":
+            if item.op["k"] in ("apply", "rollback"):
                 item.op["rt"] = True  # the first attempt's outcome is unknown: look it up first
             again.append(item)
         self.manager.counters["retries"] += len(again)
@@ -963,7 +964,9 @@ class RayStateManager:
                 "b": tuple(batches.get(ref, ())),
             }
             try:
-                return w.rollback_from(await self._ask_here(h.shard, op, self.request_timeout))
+                return w.rollback_from(
+                    await self._ask_here(h.shard, op, max(self.request_timeout, ROLLBACK_WAIT))
+                )
             except VictorActorsError as exc:
                 return ScopeRollback(ref, conflicts=(f"the rollback of {ref} failed: {exc!r}",))
 

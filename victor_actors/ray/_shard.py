@@ -341,12 +341,14 @@ class Shard:
         """Arm a one-shot crash (``os._exit``) at ``point``, for fault tests: ``part_after_prepare``
         (a participant, once its prepare record is durable), ``home_before_commit`` and
         ``home_after_commit`` (global's home, around its commit of a cross-shard batch),
-        ``apply_after_commit`` (a plain write, durable, before its reply)."""
+        ``apply_after_commit`` (a plain write, durable, before its reply), ``rollback_after_commit``
+        (a run's undo in one scope, likewise)."""
         if point not in (
             "part_after_prepare",
             "home_before_commit",
             "home_after_commit",
             "apply_after_commit",
+            "rollback_after_commit",
         ):
             raise ValueError(f"unknown fault point {point!r}")
         self._fault = point
@@ -784,6 +786,11 @@ class Shard:
         run = str(op.get("run") or "")
         wait = float(op.get("to") or 30.0)
         deadline = time.monotonic() + wait
+        if run and op.get("rt"):
+            done = self._rollback_commit(ref, run)
+            if done is not None:  # a retry whose first attempt committed (its reply was lost)
+                self.counters["rollbacks_deduplicated"] += 1
+                return w.rollback_to(ScopeRollback(ref, version=done))
         if run:
             self._rolled_back[run] = None
             self._rolled_back.move_to_end(run)
@@ -812,8 +819,24 @@ class Shard:
         async with self._writing_to(frozenset({ref}), deadline, None):
             req = ApplyRequest((), None, deadline, run, None, target)
             commit: StateChanged = await asyncio.to_thread(handle._kernel.ask, handle._cell, req, wait)
+        self._crash_at("rollback_after_commit")
         report = (plans[0].report if plans else None) or ScopeRollback(ref)
         return w.rollback_to(attrs.evolve(report, version=commit.version if commit.committed else None))
+
+    def _rollback_commit(self, ref: ScopeRef, run: str) -> int | None:
+        """The version of ``run``'s rollback commit in ``ref``'s last DEDUPE_WINDOW commits, if any."""
+        store = self.manager.store
+        if store is None:
+            return None
+        head = store.head(ref) or 0
+        for v in range(head, max(0, head - DEDUPE_WINDOW), -1):
+            try:
+                rec = store.commit_record(ref, v)
+            except VictorActorsError:
+                return None
+            if rec.kind == "reset" and rec.run_id == run:
+                return v
+        return None
 
     async def _wait_for_run(self, run: str, deadline: float) -> None:
         """Until no write of ``run`` is in progress here (or ``deadline``)."""
