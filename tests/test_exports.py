@@ -73,8 +73,9 @@ def test_the_top_level_is_small_and_keeps_the_seed_names() -> None:
     assert "current_run_id" in names and "RunContext" in names and "ToolDispatcher" in names
     errors = {n for n in names if n.endswith("Error")}
     assert all(issubclass(getattr(victor_actors, n), victor_actors.VictorActorsError) for n in errors)
-    # about 20 names for orchestrator code, plus the error hierarchy and __version__
-    assert len(names - errors - {"__version__"}) <= 22
+    # about 20 names for orchestrator code, plus the error hierarchy and __version__ (thaw joined them
+    # again in issue 29: reads are frozen, and plain copies belong next to them)
+    assert len(names - errors - {"__version__"}) <= 23
 
 
 def test_internals_are_not_exported() -> None:
