@@ -36,7 +36,20 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("store", ["store.*"]),
     ("shell", ["_events", "_crosstxn", "_messages", "_cell", "_threads", "_actor"]),
     ("kernel", ["_kernel", "_txn"]),
-    ("services", ["_durability", "_archive", "_tree", "_supervision", "_passivation", "_runs", "_tools", "_runtime"]),
+    (
+        "services",
+        [
+            "_durability",
+            "_archive",
+            "_tree",
+            "_supervision",
+            "_passivation",
+            "_runs",
+            "_tools",
+            "_toolresult",
+            "_runtime",
+        ],
+    ),
     ("facade", ["_handle", "_manager"]),
     ("remote", ["remote.*"]),
     (

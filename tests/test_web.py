@@ -4,9 +4,10 @@
 Two servers: ``victor-actors serve`` in a child process over the simulated store (so the store
 is read while this process owns it for writing, in one test), and ``serve_manager`` over a
 running manager in this process (live mode). The browser is Debian's ``chromium`` with its own
-``chromedriver`` (``.ci/run`` installs both); without them the browser tests fail, they do not
-skip. Screenshots go to pytest's temporary directory, and also to ``$VICTOR_ACTORS_SCREENSHOTS``
-when it names a directory (that is how ``docs/inspector.png`` was made).
+``chromedriver`` (``scripts/install_browser.sh``, the first step of README's test command,
+installs both); without them the browser tests fail, they do not skip. Screenshots go to pytest's
+temporary directory, and also to ``$VICTOR_ACTORS_SCREENSHOTS`` when it names a directory (that
+is how ``docs/inspector.png`` was made).
 """
 
 from __future__ import annotations
@@ -549,7 +550,7 @@ def browser() -> Iterator[Any]:
     if missing:
         pytest.fail(
             f"the browser tests need Debian's chromium and chromium-driver ({', '.join(missing)} missing): "
-            "apt-get install -y chromium chromium-driver (.ci/run does)"
+            "bash scripts/install_browser.sh (README's test command runs it first) installs them"
         )
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service

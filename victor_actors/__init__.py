@@ -30,6 +30,7 @@ from victor_actors._errors import (
     ScopeClosedError,
     ScopeFailedError,
     StoreLockedError,
+    ToolRequestNotFoundError,
     TransitionValidationError,
     VersionConflictError,
     VictorActorsError,
@@ -49,6 +50,7 @@ from victor_actors._rollback import RollbackReport, RunFailedError, RunTimeoutEr
 from victor_actors._runs import Run, RunContext
 from victor_actors._state import ContextSnapshot, StateChanged
 from victor_actors._tools import ToolCall, ToolDispatcher
+from victor_actors._values import thaw
 from victor_actors.remote import RemoteStateManager, connect
 from victor_actors.store import Keyring
 
@@ -88,6 +90,7 @@ __all__ = [
     "Subscription",
     "ToolCall",
     "ToolDispatcher",
+    "ToolRequestNotFoundError",
     "TransitionBatch",
     "TransitionType",
     "TransitionValidationError",
@@ -96,6 +99,7 @@ __all__ = [
     "__version__",
     "connect",
     "current_run_id",
+    "thaw",
 ]
 
 # Names that left the top level in 0.2.0, and the module that has them now. They keep
@@ -109,7 +113,6 @@ _MOVED = {
     "MessageLog": "victor_actors.lowlevel",
     "ScopeState": "victor_actors.lowlevel",
     "freeze": "victor_actors.lowlevel",
-    "thaw": "victor_actors.lowlevel",
     "register_converter": "victor_actors.lowlevel",
     "reduce": "victor_actors.lowlevel",
     "CheckpointInfo": "victor_actors.lowlevel",

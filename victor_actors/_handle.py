@@ -29,6 +29,7 @@ from victor_actors._model import (
 )
 from victor_actors._runs import CURRENT_RUN, run_bound_deadline
 from victor_actors._state import ContextSnapshot, StateChanged
+from victor_actors._toolresult import await_tool_result, wait_tool_result
 from victor_actors._twins import Step, StepGen, adrive, drive
 from victor_actors._txn import apply_across, expected_for, split_by_scope, transact
 from victor_actors._values import FrozenDict, thaw
@@ -271,7 +272,7 @@ class ScopeHandle:
         hooks = _trace.hooks  # traced: the caller's span, current from here until trace.end
         if hooks is None:
             return self._apply(req, wait, parts, expected_version)
-        trace = req.trace = hooks.call("apply", self.ref, req, parts is not None)
+        trace = req.trace = hooks.call("apply", self.ref, req, parts is not None, self._kernel.names)
         try:
             record = self._apply(req, wait, parts, expected_version)
         except BaseException as exc:
@@ -305,7 +306,7 @@ class ScopeHandle:
         hooks = _trace.hooks  # traced: the caller's span, current from here until trace.end
         if hooks is None:
             return await self._aapply(req, wait, parts, expected_version, loop, future)
-        trace = req.trace = hooks.call("aapply", self.ref, req, parts is not None)
+        trace = req.trace = hooks.call("aapply", self.ref, req, parts is not None, self._kernel.names)
         try:
             record = await self._aapply(req, wait, parts, expected_version, loop, future)
         except BaseException as exc:
@@ -524,6 +525,29 @@ class ScopeHandle:
 
     async def aadd_message(self, message: Any, *, timeout: float | None = None) -> StateChanged:
         return await self.aapply(TransitionBatch().add_message(message), timeout=timeout)
+
+    # -- tool results --------------------------------------------------------
+
+    def wait_tool_result(self, request: str | Mapping[str, Any], *, timeout: float = 60.0) -> Any:
+        """Wait for the result of one tool request of this scope; return its TOOL_RESULT message.
+
+        ``request`` is a request id or a request (an item of a commit's
+        ``tool_requests``). The message is a frozen mapping with ``role``
+        ("tool"), ``tool_name``, ``content``, ``request_id`` and ``error``
+        (None, or ``"ExcType: message"`` when the executor failed or timed
+        out). Returns at once if the result is already there.
+
+        Raises:
+            ToolRequestNotFoundError: the request is neither pending nor
+                answered here (never made, or released by a rollback).
+            DeadlineExceededError: no result within ``timeout`` seconds; the
+                request stays pending.
+        """
+        return wait_tool_result(self.ref, self.subscribe, self.snapshot, request, timeout)
+
+    async def await_tool_result(self, request: str | Mapping[str, Any], *, timeout: float = 60.0) -> Any:
+        """The asyncio twin of :meth:`wait_tool_result`; the event loop stays free meanwhile."""
+        return await await_tool_result(self.ref, self.subscribe, self.asnapshot, request, timeout)
 
     # -- events ------------------------------------------------------------
 

@@ -240,6 +240,7 @@ class ScopeTree:
         else:
             ancestors = ()
         cell = ScopeCell(state, ancestors, kernel.durability)
+        cell.names = kernel.names
         cell.source = source
         kernel.register(cell)
         return cell

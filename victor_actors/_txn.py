@@ -137,7 +137,8 @@ def apply_across(
     applying = cell.state.ref
     participants = _participants(cell, parts)
     hooks = _trace.hooks
-    trace = None if hooks is None else hooks.capture()  # each participant's span: a child of the caller's
+    # each participant's span: a child of the caller's
+    trace = None if hooks is None else hooks.capture(kernel.names)
     txn = CrossTxn(deadline)
     commit_id = kernel.new_commit_id()
     now = time.time()
@@ -248,7 +249,7 @@ def transact(
             raise ScopeAccessError(f"transact can lock only {applying} and its ancestors, not {ref}")
     participants = _participants(cell, set(lock) | {applying})
     hooks = _trace.hooks
-    trace = None if hooks is None else hooks.capture()
+    trace = None if hooks is None else hooks.capture(kernel.names)
     txn = CrossTxn(deadline)
     commit_id = kernel.new_commit_id()
     now = time.time()
