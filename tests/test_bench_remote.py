@@ -73,13 +73,15 @@ def test_quick_run_reports_every_row_with_a_same_run_baseline(tmp_path: Path) ->
 
 
 def _rates(inproc: float, one: float, four: float) -> dict[str, Any]:
-    base = {"commits": 10_000, "rounds": [inproc], "owner_cpu_us_per_commit": 100.0}
+    base = {"commits": 10_000, "owner_cpu_us_per_commit": 100.0}
     client = {"ops_per_call": 50.0, "clients_cpu_us_per_commit": 60.0}
     return {
-        "inproc": {**base, "per_s": inproc},
-        "one": {**base, **client, "per_s": one, "rounds": [one], "owner_cpu_us_per_commit": 150.0},
-        "four": {**base, **client, "per_s": four, "rounds": [four], "owner_cpu_us_per_commit": 125.0},
-    }
+        "inproc": {**base, "per_s": inproc, "rounds": [inproc, inproc / 2], "median_per_s": inproc / 2},
+        "one": {**base, **client, "per_s": one, "rounds": [one], "median_per_s": one,
+                "owner_cpu_us_per_commit": 150.0},
+        "four": {**base, **client, "per_s": four, "rounds": [four], "median_per_s": four,
+                 "owner_cpu_us_per_commit": 125.0},
+    }  # fmt: skip
 
 
 def _latency(inproc: float, one: float) -> dict[str, Any]:
@@ -110,6 +112,8 @@ def test_rows_divide_by_the_owner_and_the_p50_target_allows_150_us_more() -> Non
     assert verdicts["remote_four_sync"]["verdict"] == "MET"  # 0.8x >= 0.7x
     assert verdicts["remote_p50_sync"]["verdict"] == "MET"
     assert verdicts["remote_p50_sync"]["measured"] == pytest.approx(700 / 750)  # ours / (owner's + 150 us)
+    notes = {r["id"]: r["note"] for r in rows}
+    assert "best of 1 (medians: 1.00x)" in notes["remote_four_mem"]  # 10,000/s vs the owner's median
     four = verdicts["remote_four_mem"]
     assert four["verdict"] == "MISSED" and four["measured"] == 0.5
     assert "10,000 commits/s from 4 clients" in four["why"]

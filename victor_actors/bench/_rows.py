@@ -313,12 +313,14 @@ _REMOTE_LABEL = {"sync": "LMDB sync", "mem": "in memory"}
 def _remote_rate(kind: str, durability: str) -> Callable[[Json], tuple[float, float, str]]:
     def values(r: Json) -> tuple[float, float, str]:
         cfg, rates = r["config"], r["rate"][durability]
-        o = rates[kind]
+        o, base = rates[kind], rates["inproc"]
+        median = o["median_per_s"] / base["median_per_s"]
         note = (
             f"{cfg['commits']:,} commits over {cfg['conversations']} conversations, {cfg['inflight']:,} in "
-            f"flight; {o['ops_per_call']:,.0f} ops per call; best of {len(o['rounds'])}"
+            f"flight; {o['ops_per_call']:,.0f} ops per call; best of {len(o['rounds'])} "
+            f"(medians: {median:.2f}x)"
         )
-        return float(o["per_s"]), float(rates["inproc"]["per_s"]), note
+        return float(o["per_s"]), float(base["per_s"]), note
 
     return values
 

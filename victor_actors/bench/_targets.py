@@ -304,7 +304,8 @@ def _why_remote_rate(durability: str) -> Callable[[dict[str, Json]], str]:
         owner, clients = four["owner_cpu_us_per_commit"], four["clients_cpu_us_per_commit"]
         return (
             f"{four['per_s']:,.0f} commits/s from 4 clients ({four['ops_per_call']:,.0f} ops per call) and "
-            f"{one['per_s']:,.0f}/s from 1, vs {inproc['per_s']:,.0f}/s in the owner; CPU per commit: the "
+            f"{one['per_s']:,.0f}/s from 1, vs {inproc['per_s']:,.0f}/s in the owner (medians of the rounds: "
+            f"{four['median_per_s']:,.0f}/s vs {inproc['median_per_s']:,.0f}/s); CPU per commit: the "
             f"owner {_f(owner)} us serving clients vs {_f(inproc['owner_cpu_us_per_commit'])} us running the "
             f"load itself, the clients {_f(clients)} us together: {_f(owner + clients)} us of CPU a commit "
             f"caps {cpus} cores at {cpus * 1e6 / (owner + clients):,.0f}/s, and the owner's share (one "

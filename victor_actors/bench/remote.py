@@ -31,7 +31,10 @@ baseline from the same run, measured in interleaved rounds:
 
 gc is off while timed in every process that takes part (the owner included,
 when clients drive it). Each rate keeps its best round; latencies pool every
-round's samples; CPU per commit sums every round.
+round's samples; CPU per commit sums every round. On a shared machine a short
+run (the owner's own, the fastest) is likelier to fall in a quiet moment than a
+long one, which favours the baseline's best round: each rate row also gives the
+ratio of the medians of the rounds.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ import json
 import os
 import platform
 import select
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -232,6 +236,7 @@ class Run:
                 best = dict(max(runs, key=lambda r: r["per_s"]))
                 commits = sum(r["commits"] for r in runs)
                 best["rounds"] = [r["per_s"] for r in runs]
+                best["median_per_s"] = statistics.median(best["rounds"])
                 best["owner_cpu_us_per_commit"] = sum(r["owner_cpu_s"] for r in runs) / commits * 1e6
                 best["commits_per_transaction"] = (
                     commits / txns if (txns := sum(r["store_transactions"] for r in runs)) else None
