@@ -172,9 +172,8 @@ class Run:
             child.recv()  # ready: conversations open, each committed to once
         remote = kind != "inproc"
         pids = {"owner": owner.pid}
-        if remote:
+        if remote:  # the clients' CPU too, and the owner's gc off while timed, as the in-process run has it
             pids |= {f"client_{i}": c.pid for i, (c, _) in enumerate(drivers)}
-        if remote:  # the owner's gc off while timed, as the in-process run has it
             owner.ask({"do": "gc", "on": False})
             txns0 = owner.ask({"do": "stats", "owner": "owner"}).get("store_transactions", 0)
         cpu0 = {k: cpu_seconds(p) for k, p in pids.items()}
