@@ -11,8 +11,9 @@ never timed tests: a missed target is reported, not failed.
 ``python -m victor_actors.bench.report FILE`` turns the JSON into
 ``docs/benchmarks.md``. See ``docs/benchmarks.md``.
 
-The benchmarks: ``core``, ``pipeline``, ``startup``, ``store``, ``agent`` (the
-default set), ``scale`` and ``langgraph``. LangGraph (the ``bench`` extra) is
+The benchmarks: ``core``, ``pipeline``, ``startup``, ``store``, ``agent``,
+``remote`` (one owner process and its client processes; the children it starts
+are ``_remote_procs``) and the others of ``_registry``. LangGraph (the ``bench`` extra) is
 imported only by the benchmarks that compare with it, and only when they
 start: without it ``store`` and ``agent`` still measure ours and skip their
 LangGraph peers, and ``langgraph`` is skipped.

@@ -234,6 +234,15 @@ def build(doc: dict[str, Any], plot_note: str | None, source: str) -> str:
         "Its absolute targets (300 B, 5,000/s, 2,000/s, 300 us, 3 ms, 100 ms) show the measured "
         "value over the bound, the row beside it its same-run baseline. The issue's 8,500 B per "
         "passivated conversation for the code before eviction is quoted, not measured.",
+        "- one state, many processes (`remote`, issue 23): the benchmark starts an owner process in "
+        "memory and one on an LMDB store with `sync` durability (what a deployment runs), each "
+        '`GlobalStateManager.open(path, listen="unix://...")`, and four client processes connected '
+        "to both. The load is 10,000 one-message commits from 1,000 `aapply` in flight over 100 fresh "
+        "conversations; the baseline is the owner process running that load on its own handles; from "
+        "4 clients each runs a quarter, released together on a barrier, and the rate is all commits "
+        "over the wall time from the first send to the last reply. `apply` p50 is one call at a time "
+        "from one client against the owner's own `apply`; the p50 target is ours / (the owner's + "
+        "150 us). The owner's CPU per commit is its `/proc` user + system time over the timed window.",
         "",
         "## Running them",
         "",
@@ -245,8 +254,8 @@ def build(doc: dict[str, Any], plot_note: str | None, source: str) -> str:
         "```",
         "",
         "The benchmarks are modules of the installed package: `victor_actors.bench.core`, `pipeline`, "
-        "`startup`, `store` and `agent` by default, `scale`, `listing`, `virtual` and `langgraph` "
-        "when named in `--only`; "
+        "`startup`, `store`, `agent`, `remote` and the others by default, `scale`, `listing`, "
+        "`virtual` and `ray` when named in `--only`; "
         "each runs in its own fresh process. Without the bench extra, `store` and `agent` still measure "
         "ours and leave the rows whose baseline is LangGraph without a ratio (each says why), and "
         "`langgraph` is skipped. `--quick` is a smoke run of a few seconds per benchmark: its numbers "

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextvars
 import time
-import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, Protocol
 
@@ -29,7 +28,7 @@ from victor_actors._state import ContextSnapshot, StateChanged
 from victor_actors._twins import Step, StepGen, adrive, drive
 from victor_actors._values import thaw
 from victor_actors.remote import _wire as w
-from victor_actors.remote._client import Subscription
+from victor_actors.remote._client import Subscription, batch_id
 
 __all__ = ["CURRENT_REMOTE_RUN", "Connection", "RemoteRun", "RemoteScopeHandle"]
 
@@ -188,7 +187,7 @@ class RemoteScopeHandle:
             "s": str(self.ref),
             "t": w.transitions_to(steps),
             "x": self._expected(expected_version),
-            "b": uuid.uuid4().hex,
+            "b": batch_id(),
         }
         wait = m.request_timeout if timeout is None else timeout
         run = CURRENT_REMOTE_RUN.get()
