@@ -59,6 +59,8 @@ WRITES = frozenset({"apply", "commit", "restore", "checkpoint", "compact", "roll
 NOT_RETRIED = frozenset({"fork"})  # not idempotent: a second attempt would find the first one's fork
 
 _clients: weakref.WeakSet[Client] = weakref.WeakSet()
+# What forked children inherited from their parent's clients: held, never finalized (see _after_fork)
+_INHERITED: list[Any] = []
 _Pairs = list[tuple[asyncio.Future[Any], asyncio.Future[Any]]]  # (the client's future, the caller's)
 _batch_prefix = os.urandom(10).hex()  # this process's own; a forked child draws another
 _batch_seq = itertools.count(1)
@@ -269,7 +271,16 @@ class Client:
             self._start_poller(owner)
 
     def _after_fork(self) -> None:
-        """In a forked child: nothing of the parent's loop or connections is usable; start afresh."""
+        """In a forked child: nothing of the parent's loop or connections is usable; start afresh.
+
+        The parent's loop, transports and lanes are kept referenced, never
+        closed or collected here: the child shares their file descriptions
+        with the parent (the loop's epoll instance, its self-pipe, the
+        sockets), and closing the loop in the child would remove the self-pipe
+        from the epoll set the parent still waits on, so the parent's loop
+        would never wake again.
+        """
+        _INHERITED.append((self._loop, self._transports, self._lanes, self._thread, self._delivery))
         self._start()
 
     def _run_loop(self, started: threading.Event) -> None:
