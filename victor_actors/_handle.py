@@ -28,10 +28,11 @@ from victor_actors._model import (
     TransitionType,
 )
 from victor_actors._runs import CURRENT_RUN, run_bound_deadline
-from victor_actors._state import ContextSnapshot, StateChanged
+from victor_actors._snapshot import ContextSnapshot, ScopeDict
+from victor_actors._state import StateChanged
 from victor_actors._twins import Step, StepGen, adrive, drive
-from victor_actors._txn import apply_across, expected_for, split_by_scope, transact
-from victor_actors._values import FrozenDict, thaw
+from victor_actors._txn import apply_across, expected_for, resolve_session, split_by_scope, transact
+from victor_actors._values import FrozenDict
 
 __all__ = ["BatchLike", "ScopeHandle"]
 
@@ -166,11 +167,16 @@ class ScopeHandle:
         """Read ``key`` from this scope, else from its nearest ancestor that has it."""
         return self.snapshot().get_state(key, default)
 
-    def to_dict(self) -> dict[str, Any]:
-        """This scope's own key-value state as a plain, mutable deep copy."""
+    def to_dict(self) -> ScopeDict:
+        """This scope's own key-value state as a plain, mutable deep copy.
+
+        A ``dict`` that also names this scope instance and its version
+        (``.ref``, ``.version``): ADR-002's
+        ``await manager.save_checkpoint(StateScope.X, handle.to_dict())`` uses them.
+        """
         if self._kernel.fresh is not None:
-            return {key: thaw(value) for key, value in self.snapshot()._state.values.items()}
-        return {key: thaw(value) for key, value in self._cell.state.values.items()}
+            return ScopeDict.of(self.snapshot()._state)
+        return ScopeDict.of(self._cell.state)
 
     # -- writes ------------------------------------------------------------
 
@@ -181,7 +187,7 @@ class ScopeHandle:
         kernel.check_open(self.ref)
         if kernel.read_only:
             raise ScopeAccessError(f"the manager is read-only; {self.ref} takes no batches")
-        transitions = _transitions(batch)
+        transitions = self._checked(batch)
         parts = split_by_scope(self._cell, transitions)
         if expected_version is not None and not isinstance(expected_version, int):
             parts = self._checked_scopes(expected_version, transitions, parts)
@@ -196,6 +202,20 @@ class ScopeHandle:
             wait = max(deadline - time.monotonic(), 0.0)
             run_id = run.id
         return ApplyRequest(transitions, expected_version, deadline, run_id, reply), wait, parts  # type: ignore[arg-type]
+
+    def _captured(self, batch: BatchLike, cell: ScopeCell | None = None) -> tuple[StateTransition, ...]:
+        """The transitions of ``batch``, checked, with ``scope="session"`` resolved to this scope's parent."""
+        state = (self._cell if cell is None else cell).state
+        return resolve_session(state.ref, state.lineage, _transitions(batch))
+
+    def _checked(self, batch: BatchLike) -> tuple[StateTransition, ...]:
+        """:meth:`_captured`, and the application's rules (``validators``) checked."""
+        cell = self._cell
+        transitions = self._captured(batch, cell)
+        validate = self._kernel.validate
+        if validate is not None:
+            validate(cell, transitions)
+        return transitions
 
     def _checked_scopes(
         self, expected: Mapping[Any, int], transitions: tuple[StateTransition, ...], parts: Parts
@@ -352,7 +372,7 @@ class ScopeHandle:
             raise TypeError("modify takes a callable: fn(snapshot) -> batch")
         for attempt in range(1, retries + 2):
             snapshot = self.snapshot()
-            transitions = _transitions((yield Step(fn, None, snapshot)))
+            transitions = self._captured((yield Step(fn, None, snapshot)))
             expected = self._read_versions(snapshot, transitions)
             try:
                 record: StateChanged = yield Step(
@@ -386,7 +406,7 @@ class ScopeHandle:
                 this one nor an ancestor.
             TransitionValidationError: ``batch`` is not a batch.
         """
-        parts = split_by_scope(self._cell, _transitions(batch))
+        parts = split_by_scope(self._cell, self._captured(batch))
         return frozenset((self.ref,) if parts is None else (self.ref, *parts))
 
     def modify(
@@ -457,7 +477,7 @@ class ScopeHandle:
         deadline = run_bound_deadline(time.monotonic() + wait)
         run = CURRENT_RUN.get()
         record = transact(
-            kernel, self._cell, fn, refs, deadline, _transitions, None if run is None else run.id
+            kernel, self._cell, fn, refs, deadline, self._checked, None if run is None else run.id
         )
         return self._ran(record)
 

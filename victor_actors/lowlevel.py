@@ -13,9 +13,11 @@ from victor_actors._options import Backpressure, Durability, Options, Strategy
 from victor_actors._reducer import reduce
 from victor_actors._reducer import reset as reset_state
 from victor_actors._rollback import ScopeRollback
+from victor_actors._snapshot import ScopeDict
 from victor_actors._state import KeyChange, MapView, MessageLog, ScopeState
 from victor_actors._supervision import SupervisionEvent, SupervisionPolicy
 from victor_actors._twins import Step, StepGen, adrive, drive
+from victor_actors._typed import TaggedValue, register_message_type
 from victor_actors._values import FrozenDict, freeze, register_converter, thaw
 from victor_actors.store import SCHEMA_VERSION, CheckpointInfo, Codec, RecoveryReport
 
@@ -32,6 +34,7 @@ __all__ = [
     "MessageLog",
     "Options",
     "RecoveryReport",
+    "ScopeDict",
     "ScopeRollback",
     "ScopeState",
     "Step",
@@ -40,6 +43,7 @@ __all__ = [
     "Strategy",
     "SupervisionEvent",
     "SupervisionPolicy",
+    "TaggedValue",
     "UnknownHandoffError",
     "adrive",
     "drive",
@@ -47,6 +51,7 @@ __all__ = [
     "merge",
     "reduce",
     "register_converter",
+    "register_message_type",
     "reset_state",
     "thaw",
 ]
