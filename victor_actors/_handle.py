@@ -187,8 +187,9 @@ class ScopeHandle:
         kernel.check_open(self.ref)
         if kernel.read_only:
             raise ScopeAccessError(f"the manager is read-only; {self.ref} takes no batches")
-        transitions = self._checked(batch)
-        parts = split_by_scope(self._cell, transitions)
+        cell = self._cell
+        transitions = self._checked(batch, cell)
+        parts = split_by_scope(cell, transitions)
         if expected_version is not None and not isinstance(expected_version, int):
             parts = self._checked_scopes(expected_version, transitions, parts)
             if parts is None:
@@ -208,9 +209,10 @@ class ScopeHandle:
         state = (self._cell if cell is None else cell).state
         return resolve_session(state.ref, state.lineage, _transitions(batch))
 
-    def _checked(self, batch: BatchLike) -> tuple[StateTransition, ...]:
+    def _checked(self, batch: BatchLike, cell: ScopeCell | None = None) -> tuple[StateTransition, ...]:
         """:meth:`_captured`, and the application's rules (``validators``) checked."""
-        cell = self._cell
+        if cell is None:
+            cell = self._cell
         transitions = self._captured(batch, cell)
         validate = self._kernel.validate
         if validate is not None:

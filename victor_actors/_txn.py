@@ -111,9 +111,10 @@ def resolve_session(
             scope has no parent but global (whose state every conversation
             shares); nothing is applied.
     """
-    index = next((i for i, t in enumerate(transitions) if t.data.get("scope") == SESSION), -1)
-    if index < 0:
+    named = [i for i, t in enumerate(transitions) if t.data._data.get("scope") == SESSION]  # read only
+    if not named:
         return transitions
+    index = named[0]
     t = transitions[index]
     parent = lineage[0] if lineage else None
     if parent is None or parent.scope is StateScope.GLOBAL:
