@@ -238,11 +238,12 @@ def test_create_snapshot_of_each_target(manager: GlobalStateManager, target: Any
     assert create_snapshot(snapshot) is snapshot
 
 
-def test_bad_targets_are_type_errors(manager: GlobalStateManager) -> None:
+def test_bad_targets_are_refused(manager: GlobalStateManager) -> None:
     for bad in ((object(),), (manager,), (manager.get_conversation_state("c"), "c"), (manager, 7)):
-        with pytest.raises(TypeError):
+        with pytest.raises(TypeError) as info:
             TransitionApplier(*bad)
-        with pytest.raises(TypeError):
+        assert isinstance(info.value, ScopeAccessError)  # a NoConversationError: both
+        with pytest.raises(ScopeAccessError):
             create_snapshot(*bad)
     assert [str(r) for r in manager.scopes()] == ["global:global", "conversation:c"]
 

@@ -24,16 +24,22 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from victor_actors._errors import TransitionValidationError
+from victor_actors._errors import ScopeAccessError, TransitionValidationError
 from victor_actors._handle import BatchLike
 from victor_actors._model import CoordinatorResult, StateTransition
 from victor_actors._snapshot import ContextSnapshot, Orchestration, orchestration
 from victor_actors._state import StateChanged
 from victor_actors.protocols import ConversationState
 
-__all__ = ["TransitionApplier", "create_snapshot"]
+__all__ = ["NoConversationError", "TransitionApplier", "create_snapshot"]
 
-_HOST_FIELDS = ("settings", "model", "provider", "max_tokens", "temperature", "observed_files")
+
+class NoConversationError(ScopeAccessError, TypeError):
+    """What ``create_snapshot`` and ``TransitionApplier`` were given names no conversation.
+
+    A ``ScopeAccessError`` (the runtime's error for a scope it cannot reach) and a ``TypeError``
+    (the argument is of the wrong kind); nothing was read or applied.
+    """
 
 
 def _is_handle(source: Any) -> bool:
@@ -50,7 +56,7 @@ def _is_host(source: Any) -> bool:
 
 def _conversation(manager: Any, session_id: Any, where: Any = None) -> ConversationState:
     if session_id.__class__ is not str or not session_id:
-        raise TypeError(f"a session id is a non-empty str, not {session_id!r}")
+        raise NoConversationError(f"a session id is a non-empty str, not {session_id!r}")
     workflow_id = getattr(where, "workflow_id", None)
     team_id = getattr(where, "team_id", None)
     handle: ConversationState = manager.get_conversation_state(session_id, workflow_id, team_id)
@@ -60,10 +66,12 @@ def _conversation(manager: Any, session_id: Any, where: Any = None) -> Conversat
 def _target(source: Any, session_id: str | None, what: str) -> Callable[[], ConversationState]:
     """How to reach the conversation ``source`` (and ``session_id``) name, each time it is needed."""
     if session_id is not None and not _is_manager(source):
-        raise TypeError(f"{what}(source, session_id) takes a manager with a session id, not {source!r}")
+        raise NoConversationError(
+            f"{what}(source, session_id) takes a manager with a session id, not {source!r}"
+        )
     if _is_manager(source):
         if session_id is None:
-            raise TypeError(f"{what}(manager, session_id) needs the session id of the conversation")
+            raise NoConversationError(f"{what}(manager, session_id) needs the session id of the conversation")
         _conversation(source, session_id)  # checks the id now; nothing else is kept
         return lambda: _conversation(source, session_id)
     if _is_host(source):
@@ -71,7 +79,7 @@ def _target(source: Any, session_id: str | None, what: str) -> Callable[[], Conv
     if _is_handle(source):
         handle: ConversationState = source
         return lambda: handle
-    raise TypeError(
+    raise NoConversationError(
         f"{what} takes a scope handle, a manager and a session id, or a host with state_manager and "
         f"session_id attributes, not {type(source).__name__}"
     )
@@ -109,7 +117,7 @@ def create_snapshot(source: Any, session_id: str | None = None) -> ContextSnapsh
     * a ``ContextSnapshot``: itself.
 
     Raises:
-        TypeError: ``source`` is none of these.
+        NoConversationError: ``source`` is none of these (a ``ScopeAccessError`` and a ``TypeError``).
         TransitionValidationError: (a plain object) an attribute holds what a
             snapshot cannot (the error names the field); nothing was made.
     """
@@ -121,7 +129,7 @@ def create_snapshot(source: Any, session_id: str | None = None) -> ContextSnapsh
         snapshot = _target(source, None, "create_snapshot")().snapshot()
         return snapshot._with_host(_host_fields(source))
     if not hasattr(source, "session_id"):
-        raise TypeError(
+        raise NoConversationError(
             "create_snapshot takes a scope handle, a manager and a session id, a host (state_manager and "
             f"session_id), or an orchestrator with the seed's attributes; a {type(source).__name__} has "
             "no session_id"
@@ -172,7 +180,8 @@ class TransitionApplier:
     returns the commit record (``StateChanged``).
 
     Raises (from every method): the errors of ``ScopeHandle.apply``; in
-    every case nothing of the batch was applied.
+    every case nothing of the batch was applied. Made with a target that
+    names no conversation: :class:`NoConversationError`.
     """
 
     def __init__(self, target: Any, session_id: str | None = None) -> None:

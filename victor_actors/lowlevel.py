@@ -8,6 +8,7 @@ loops). Orchestrator code rarely needs them; tooling, stores and tests do.
 
 from __future__ import annotations
 
+from victor_actors._applier import NoConversationError
 from victor_actors._coordinator import LoopResult, StepRecord, UnknownHandoffError, merge
 from victor_actors._options import Backpressure, Durability, Options, Strategy
 from victor_actors._reducer import reduce
@@ -32,6 +33,7 @@ __all__ = [
     "LoopResult",
     "MapView",
     "MessageLog",
+    "NoConversationError",
     "Options",
     "RecoveryReport",
     "ScopeDict",
