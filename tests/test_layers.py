@@ -29,6 +29,7 @@ LAYERS: list[tuple[str, list[str]]] = [
             "_typed",
             "_model",
             "_state",
+            "_seed_fields",
             "_snapshot",
             "_rollback",
             "_trace",

@@ -27,7 +27,8 @@ from typing import Any
 from victor_actors._errors import ScopeAccessError, TransitionValidationError
 from victor_actors._handle import BatchLike
 from victor_actors._model import CoordinatorResult, StateTransition
-from victor_actors._snapshot import ContextSnapshot, Orchestration, orchestration
+from victor_actors._seed_fields import Orchestration, orchestration
+from victor_actors._snapshot import ContextSnapshot
 from victor_actors._state import StateChanged
 from victor_actors.protocols import ConversationState
 

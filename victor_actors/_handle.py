@@ -18,6 +18,7 @@ from victor_actors._errors import (
 )
 from victor_actors._events import Subscription
 from victor_actors._kernel import Kernel
+from victor_actors._level_checkpoints import ScopeDict
 from victor_actors._messages import ApplyRequest, AsyncReply
 from victor_actors._model import (
     CoordinatorResult,
@@ -28,7 +29,7 @@ from victor_actors._model import (
     TransitionType,
 )
 from victor_actors._runs import CURRENT_RUN, run_bound_deadline
-from victor_actors._snapshot import ContextSnapshot, ScopeDict
+from victor_actors._snapshot import ContextSnapshot
 from victor_actors._state import StateChanged
 from victor_actors._twins import Step, StepGen, adrive, drive
 from victor_actors._txn import apply_across, expected_for, resolve_session, split_by_scope, transact

@@ -13,11 +13,52 @@ from __future__ import annotations
 
 from typing import Any
 
+import immutables
+
 from victor_actors._errors import TransitionValidationError
 from victor_actors._model import GLOBAL_REF, ScopeRef, StateScope
-from victor_actors._snapshot import ScopeDict
+from victor_actors._state import ScopeState
+from victor_actors._typed import plain
+from victor_actors._values import freeze
 
-__all__ = ["NO_STATE", "is_level_form", "ref_to_load", "ref_to_save"]
+__all__ = ["NO_STATE", "ScopeDict", "is_level_form", "ref_to_load", "ref_to_save"]
+
+
+class ScopeDict(dict[str, Any]):
+    """A scope's own key-value state as a plain dict (what ``handle.to_dict()`` returns).
+
+    A ``dict`` in every way (equal to a dict with the same items, mutable,
+    JSON-ready), that also names the scope instance it was read from
+    (``ref``) and the version (``version``): so ADR-002's
+    ``await manager.save_checkpoint(StateScope.CONVERSATION, conversation.to_dict())``
+    knows which conversation it means. Values of registered message types
+    come back as their class, everything else as dicts and lists.
+    """
+
+    __slots__ = ("_source", "ref", "version")
+
+    ref: ScopeRef
+    version: int
+    _source: immutables.Map[str, Any]
+
+    @classmethod
+    def of(cls, state: ScopeState) -> ScopeDict:
+        out = cls((key, plain(value)) for key, value in state.values.items())
+        out.ref = state.ref
+        out.version = state.version
+        out._source = state.values
+        return out
+
+    def changed_keys(self) -> list[str]:
+        """The keys whose value here differs from what was read (added, removed or changed).
+
+        Raises:
+            TransitionValidationError: a value here could not be stored at all.
+        """
+        source = self._source
+        mine = freeze(dict(self), "state_dict")
+        keys = set(mine) | set(source)
+        return sorted(k for k in keys if k not in mine or k not in source or mine[k] != source[k])
 
 
 class _NoState:

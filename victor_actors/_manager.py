@@ -23,14 +23,14 @@ from victor_actors._cell import Observer, ScopeCell
 from victor_actors._errors import ScopeAccessError, VictorActorsError
 from victor_actors._events import Subscription
 from victor_actors._handle import ScopeHandle
-from victor_actors._level_checkpoints import NO_STATE, is_level_form, ref_to_load, ref_to_save
+from victor_actors._level_checkpoints import NO_STATE, ScopeDict, is_level_form, ref_to_load, ref_to_save
 from victor_actors._memory_checkpoints import MemoryCheckpoints
 from victor_actors._messages import ApplyRequest, RestartRequest
 from victor_actors._model import GLOBAL_REF, ScopeRef, StateScope, TransitionBatch
 from victor_actors._options import OptionArgs, Options, Strategy
 from victor_actors._runs import Run, RunContext
 from victor_actors._runtime import Runtime
-from victor_actors._snapshot import ContextSnapshot, ScopeDict
+from victor_actors._snapshot import ContextSnapshot
 from victor_actors._state import StateChanged
 from victor_actors._supervision import SupervisionEvent, SupervisionPolicy
 from victor_actors._tools import ToolDispatcher

@@ -14,34 +14,13 @@ from typing import Any, overload
 import attrs
 import immutables
 
-from victor_actors._errors import TransitionValidationError
 from victor_actors._model import ScopeRef, StateScope
+from victor_actors._seed_fields import Orchestration, built
 from victor_actors._state import MapView, MessageLog, ScopeState
-from victor_actors._typed import plain, registered_any, revive
-from victor_actors._values import freeze, thaw
+from victor_actors._typed import registered_any, revive
+from victor_actors._values import thaw
 
-__all__ = ["ContextSnapshot", "Orchestration", "ScopeDict", "orchestration"]
-
-_EMPTY: immutables.Map[Any, Any] = immutables.Map()
-
-
-@attrs.frozen(slots=True)
-class Orchestration:
-    """What a snapshot built for an orchestrator holds beside a scope's state (the seed's fields).
-
-    ``settings``, ``model``, ``provider``, ``max_tokens`` and ``temperature``
-    describe the orchestrator; ``observed_files`` the files it has seen;
-    ``session_state`` is the session's key-value state when the snapshot was
-    built by hand (None: read from the scope's ancestors).
-    """
-
-    settings: Any = None
-    model: str | None = None
-    provider: str | None = None
-    max_tokens: int | None = None
-    temperature: float | None = None
-    observed_files: tuple[str, ...] = ()
-    session_state: immutables.Map[str, Any] | None = None
+__all__ = ["ContextSnapshot"]
 
 
 class _ChainView(Mapping[str, Any]):
@@ -114,127 +93,6 @@ def _view(values: immutables.Map[str, Any]) -> MapView:
     return _RevivedView(values) if registered_any() else MapView(values)
 
 
-def _bad_field(name: str, why: str) -> TransitionValidationError:
-    message = f"ContextSnapshot field {name!r} {why}; no snapshot was made"
-    return TransitionValidationError(message, field=name)
-
-
-def _frozen_map(name: str, value: Any) -> immutables.Map[str, Any]:
-    if value is None:
-        return _EMPTY
-    if not isinstance(value, Mapping):
-        raise _bad_field(name, f"must be a mapping, not {type(value).__name__}")
-    try:
-        frozen = freeze(value, name)
-    except TransitionValidationError as exc:
-        raise _bad_field(name, f"holds a value that cannot be held: {exc}") from None
-    return immutables.Map(frozen.items())
-
-
-def _text_or_none(name: str, value: Any) -> str | None:
-    if value is not None and not isinstance(value, str):
-        raise _bad_field(name, f"must be a str, not {type(value).__name__}")
-    return None if value is None else str.__str__(value)
-
-
-def orchestration(
-    *,
-    settings: Any = None,
-    model: Any = None,
-    provider: Any = None,
-    max_tokens: Any = None,
-    temperature: Any = None,
-    observed_files: Any = (),
-    session_state: Any = None,
-) -> Orchestration:
-    """The orchestrator's fields of a snapshot, checked and copied (``session_state`` frozen).
-
-    Raises:
-        TransitionValidationError: a field has the wrong type (the error names it).
-    """
-    files = observed_files
-    if isinstance(files, (str, bytes)) or not isinstance(files, (Sequence, set, frozenset)):
-        raise _bad_field("observed_files", f"must be a sequence of str, not {type(files).__name__}")
-    if not all(isinstance(f, str) for f in files):
-        raise _bad_field("observed_files", "must hold only str paths")
-    if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int)):
-        raise _bad_field("max_tokens", f"must be an int, not {max_tokens!r}")
-    if temperature is not None and (
-        isinstance(temperature, bool) or not isinstance(temperature, (int, float))
-    ):
-        raise _bad_field("temperature", f"must be a number, not {temperature!r}")
-    return Orchestration(
-        settings=settings,
-        model=_text_or_none("model", model),
-        provider=_text_or_none("provider", provider),
-        max_tokens=None if max_tokens is None else int(max_tokens),
-        temperature=None if temperature is None else float(temperature),
-        observed_files=tuple(str.__str__(f) for f in files),
-        session_state=None if session_state is None else _frozen_map("session_state", session_state),
-    )
-
-
-def _built(fields: dict[str, Any]) -> tuple[ScopeState, Orchestration]:
-    """The state and orchestrator fields of a snapshot built by hand (the seed's keyword fields)."""
-    unknown = fields.keys() - _SEED_FIELDS
-    if unknown:
-        raise TypeError(
-            f"ContextSnapshot() got unknown field(s) {sorted(unknown)}; its fields are {sorted(_SEED_FIELDS)}"
-        )
-    if "session_id" not in fields:
-        raise _bad_field("session_id", "is required")
-    session_id = fields["session_id"]
-    try:
-        ref = ScopeRef(StateScope.CONVERSATION, session_id)
-    except TransitionValidationError as exc:
-        raise _bad_field("session_id", f"is not a session id: {exc}") from None
-    messages = fields.get("messages", ())
-    if isinstance(messages, (str, bytes, Mapping)) or not isinstance(messages, Sequence):
-        raise _bad_field("messages", f"must be a sequence of messages, not {type(messages).__name__}")
-    try:
-        frozen_messages = tuple(freeze(m, f"messages[{i}]") for i, m in enumerate(messages))
-    except TransitionValidationError as exc:
-        raise _bad_field("messages", f"holds a message that cannot be held: {exc}") from None
-    stage = fields.get("conversation_stage", "initial")
-    if not isinstance(stage, str) or not stage:
-        raise _bad_field("conversation_stage", f"must be a non-empty str, not {stage!r}")
-    host = orchestration(
-        settings=fields.get("settings"),
-        model=fields.get("model"),
-        provider=fields.get("provider"),
-        max_tokens=fields.get("max_tokens"),
-        temperature=fields.get("temperature"),
-        observed_files=fields.get("observed_files", ()),
-        session_state=fields.get("session_state") or {},
-    )
-    state = ScopeState(
-        ref,
-        values=_frozen_map("conversation_state", fields.get("conversation_state")),
-        messages=MessageLog().extended(frozen_messages),
-        capabilities=_frozen_map("capabilities", fields.get("capabilities")),
-        stage=str.__str__(stage),
-    )
-    return state, host
-
-
-_SEED_FIELDS = frozenset(
-    {
-        "messages",
-        "session_id",
-        "conversation_stage",
-        "settings",
-        "model",
-        "provider",
-        "max_tokens",
-        "temperature",
-        "conversation_state",
-        "session_state",
-        "observed_files",
-        "capabilities",
-    }
-)
-
-
 @attrs.frozen(slots=True, init=False)
 class ContextSnapshot:
     """An immutable view of one conversation (or other scope) at one version, with its ancestors.
@@ -294,7 +152,7 @@ class ContextSnapshot:
                 "ContextSnapshot takes its fields by keyword (messages=..., session_id=..., ...), "
                 "or is taken from a scope with handle.snapshot()"
             )
-        state, host = _built(fields)
+        state, host = built(fields)
         self.__attrs_init__(state, (), host)
 
     @property
@@ -466,40 +324,3 @@ class ContextSnapshot:
             "pending_tool_requests": thaw(dict(self._state.pending_tools.items())),
             "sessions": thaw(dict(self._state.sessions.items())),
         }
-
-
-class ScopeDict(dict[str, Any]):
-    """A scope's own key-value state as a plain dict (what ``handle.to_dict()`` returns).
-
-    A ``dict`` in every way (equal to a dict with the same items, mutable,
-    JSON-ready), that also names the scope instance it was read from
-    (``ref``) and the version (``version``): so ADR-002's
-    ``await manager.save_checkpoint(StateScope.CONVERSATION, conversation.to_dict())``
-    knows which conversation it means. Values of registered message types
-    come back as their class, everything else as dicts and lists.
-    """
-
-    __slots__ = ("_source", "ref", "version")
-
-    ref: ScopeRef
-    version: int
-    _source: immutables.Map[str, Any]
-
-    @classmethod
-    def of(cls, state: ScopeState) -> ScopeDict:
-        out = cls((key, plain(value)) for key, value in state.values.items())
-        out.ref = state.ref
-        out.version = state.version
-        out._source = state.values
-        return out
-
-    def changed_keys(self) -> list[str]:
-        """The keys whose value here differs from what was read (added, removed or changed).
-
-        Raises:
-            TransitionValidationError: a value here could not be stored at all.
-        """
-        source = self._source
-        mine = freeze(dict(self), "state_dict")
-        keys = set(mine) | set(source)
-        return sorted(k for k in keys if k not in mine or k not in source or mine[k] != source[k])

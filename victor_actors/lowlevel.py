@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from victor_actors._applier import NoConversationError
 from victor_actors._coordinator import LoopResult, StepRecord, UnknownHandoffError, merge
+from victor_actors._level_checkpoints import ScopeDict
 from victor_actors._options import Backpressure, Durability, Options, Strategy
 from victor_actors._reducer import reduce
 from victor_actors._reducer import reset as reset_state
 from victor_actors._rollback import ScopeRollback
-from victor_actors._snapshot import ScopeDict
 from victor_actors._state import KeyChange, MapView, MessageLog, ScopeState
 from victor_actors._supervision import SupervisionEvent, SupervisionPolicy
 from victor_actors._twins import Step, StepGen, adrive, drive

@@ -23,9 +23,10 @@ from victor_actors._errors import (
     VersionConflictError,
 )
 from victor_actors._handle import BatchLike, _transitions
+from victor_actors._level_checkpoints import ScopeDict
 from victor_actors._model import SESSION, ScopeRef, StateScope, StateTransition, TransitionBatch
 from victor_actors._rollback import RollbackReport
-from victor_actors._snapshot import ContextSnapshot, ScopeDict
+from victor_actors._snapshot import ContextSnapshot
 from victor_actors._state import StateChanged
 from victor_actors._twins import Step, StepGen, adrive, drive
 from victor_actors.remote import _wire as w
