@@ -127,10 +127,10 @@ def test_is_complete_and_capabilities() -> None:
         ({"session_id": ""}, "session_id"),
         ({"session_id": 7}, "session_id"),
         ({"session_id": "s", "messages": "not a sequence of messages"}, "messages"),
-        ({"session_id": "s", "messages": [object()]}, "messages"),
+        ({"session_id": "s", "messages": {"role": "user"}}, "messages"),
         ({"session_id": "s", "conversation_stage": ""}, "conversation_stage"),
         ({"session_id": "s", "conversation_state": [("k", 1)]}, "conversation_state"),
-        ({"session_id": "s", "session_state": {"k": {1, 2}}}, "session_state"),
+        ({"session_id": "s", "session_state": {3: "x"}}, "session_state"),
         ({"session_id": "s", "capabilities": {1: True}}, "capabilities"),
         ({"session_id": "s", "observed_files": "a.py"}, "observed_files"),
         ({"session_id": "s", "observed_files": [3]}, "observed_files"),
@@ -145,6 +145,31 @@ def test_bad_fields_are_refused_naming_the_field(fields: dict[str, Any], field: 
         ContextSnapshot(**fields)
     assert info.value.field == field
     assert "no snapshot was made" in str(info.value)
+
+
+def test_what_the_store_could_not_hold_is_held_as_it_is_in_read_only_containers() -> None:
+    """Victor's own tests build snapshots of mocks and provider message objects: they are kept."""
+    from types import MappingProxyType
+    from unittest.mock import MagicMock
+
+    mock, provider_message = MagicMock(), Settings()
+    nested = {"role": "tool", "content": [provider_message], "meta": {"k": 1}}
+    snapshot = ContextSnapshot(
+        messages=(mock, provider_message, nested),
+        session_id="s",
+        settings=mock,
+        conversation_state={"client": mock, "ids": {1, 2}},
+    )
+    nested["content"].append("later")
+    assert snapshot.message_count == 3
+    assert snapshot.messages[0] is mock and snapshot.messages[1] is provider_message
+    held = snapshot.messages[2]
+    assert isinstance(held, MappingProxyType) and held["content"] == (provider_message,)
+    assert held["meta"] == {"k": 1} and isinstance(held["meta"], FrozenDict)
+    assert snapshot.get_state("client") is mock and snapshot.get_state("ids") == frozenset({1, 2})
+    # such a value still cannot enter a scope: it is refused when a transition is made
+    with pytest.raises(TransitionValidationError):
+        TransitionBatch().add_message(held)
 
 
 def test_unknown_fields_and_positional_fields_are_type_errors() -> None:
@@ -226,7 +251,7 @@ def test_create_snapshot_refuses_what_it_cannot_read() -> None:
     with pytest.raises(TypeError, match="session_id"):
         create_snapshot(object())
     orchestrator = PlainOrchestrator()
-    orchestrator.conversation_state = {"handle": object()}
+    orchestrator.conversation_state = {7: "a key that is not a str"}
     with pytest.raises(TransitionValidationError) as info:
         create_snapshot(orchestrator)
     assert info.value.field == "conversation_state"

@@ -119,8 +119,8 @@ def create_snapshot(source: Any, session_id: str | None = None) -> ContextSnapsh
 
     Raises:
         NoConversationError: ``source`` is none of these (a ``ScopeAccessError`` and a ``TypeError``).
-        TransitionValidationError: (a plain object) an attribute holds what a
-            snapshot cannot (the error names the field); nothing was made.
+        TransitionValidationError: (a plain object) an attribute is of the
+            wrong kind (the error names the field); nothing was made.
     """
     if isinstance(source, ContextSnapshot) and session_id is None:
         return source

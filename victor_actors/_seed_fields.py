@@ -3,7 +3,10 @@
 ``ContextSnapshot(messages=..., session_id=..., ...)`` takes the document's
 twelve fields by keyword. The conversation's own (messages, key-value state,
 capabilities, stage) become a :class:`ScopeState` at version 0, frozen by the
-same rules as state; the orchestrator's (``settings``, ``model``,
+same rules as state where they can be (so a coordinator sees in its unit test
+the types it sees in production); what the store could not hold (a mock, a
+provider's message object) is copied into read-only containers down to
+itself and held as it is. The orchestrator's (``settings``, ``model``,
 ``provider``, ``max_tokens``, ``temperature``, ``observed_files``) and the
 session's state sit beside it in an :class:`Orchestration`, which
 ``create_snapshot(host)`` also fills from a host's attributes.
@@ -12,6 +15,7 @@ session's state sit beside it in an :class:`Orchestration`, which
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from types import MappingProxyType
 from typing import Any
 
 import attrs
@@ -51,16 +55,32 @@ def _bad_field(name: str, why: str) -> TransitionValidationError:
     return TransitionValidationError(message, field=name)
 
 
+def _held(value: Any) -> Any:
+    """``value`` frozen as state is, where it can be; else copied into read-only containers down to
+    what cannot be stored (a mock, a provider's message object), which is held as it is."""
+    try:
+        return freeze(value)
+    except TransitionValidationError:
+        pass
+    if isinstance(value, Mapping):
+        # never a FrozenDict: freezing trusts one to hold only what the store can, and this does not
+        return MappingProxyType({key: _held(item) for key, item in value.items()})
+    if isinstance(value, (list, tuple)):
+        return tuple(_held(item) for item in value)
+    if isinstance(value, (set, frozenset)):
+        return frozenset(_held(item) for item in value)
+    return value
+
+
 def _frozen_map(name: str, value: Any) -> immutables.Map[str, Any]:
     if value is None:
         return _EMPTY
     if not isinstance(value, Mapping):
         raise _bad_field(name, f"must be a mapping, not {type(value).__name__}")
-    try:
-        frozen = freeze(value, name)
-    except TransitionValidationError as exc:
-        raise _bad_field(name, f"holds a value that cannot be held: {exc}") from None
-    return immutables.Map(frozen.items())
+    for key in value:
+        if not isinstance(key, str):
+            raise _bad_field(name, f"has a key that is not a str: {key!r}")
+    return immutables.Map({str.__str__(key): _held(item) for key, item in value.items()})
 
 
 def _text_or_none(name: str, value: Any) -> str | None:
@@ -123,10 +143,7 @@ def built(fields: dict[str, Any]) -> tuple[ScopeState, Orchestration]:
     messages = fields.get("messages", ())
     if isinstance(messages, (str, bytes, Mapping)) or not isinstance(messages, Sequence):
         raise _bad_field("messages", f"must be a sequence of messages, not {type(messages).__name__}")
-    try:
-        frozen_messages = tuple(freeze(m, f"messages[{i}]") for i, m in enumerate(messages))
-    except TransitionValidationError as exc:
-        raise _bad_field("messages", f"holds a message that cannot be held: {exc}") from None
+    frozen_messages = tuple(_held(m) for m in messages)
     stage = fields.get("conversation_stage", "initial")
     if not isinstance(stage, str) or not stage:
         raise _bad_field("conversation_stage", f"must be a non-empty str, not {stage!r}")

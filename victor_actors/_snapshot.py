@@ -109,10 +109,11 @@ class ContextSnapshot:
       conversation_state={}, session_state={}, observed_files=(),
       capabilities={})``. Every field but ``session_id`` is optional.
       Messages and state values are copied in and frozen like state (lists
-      become tuples, mappings read-only mappings; a value the store could
-      not hold is refused with :class:`TransitionValidationError` naming the
-      field); ``settings`` is held as it is. Its version is 0 and it has no
-      ancestors; ``session_state`` plays their part.
+      become tuples, mappings read-only mappings); what the store could not
+      hold (a mock, a provider's message object) and ``settings`` are held
+      as they are, in read-only containers. A field of the wrong kind is a
+      :class:`TransitionValidationError` naming the field. Its version is 0
+      and it has no ancestors; ``session_state`` plays their part.
 
     It never changes after it is made. ``get_state`` reads the conversation's
     own state first, then the session's (the ancestors', nearest first).
