@@ -51,7 +51,8 @@ def test_the_check_can_fail(tmp_path: Path) -> None:
     report, status = _mypy(str(double))
     assert status == 1, report
     errors = [line for line in report.splitlines() if ": error:" in line]
-    assert len(errors) == 1 and errors[0].startswith(f"{double}:13: error: Incompatible types"), report
+    # (mypy's cache may name the file where an identical module was checked before: match its name)
+    assert len(errors) == 1 and "double.py:13: error: Incompatible types" in errors[0], report
 
 
 def test_the_protocols_are_exported_and_need_no_inheritance() -> None:
