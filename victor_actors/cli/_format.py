@@ -9,6 +9,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from victor_actors import ContextSnapshot, ScopeRef, StateScope, TransitionType
+from victor_actors._typed import is_registered
+from victor_actors._values import freeze
 from victor_actors.store import CommitRecord
 
 __all__ = ["commit_json", "iso", "jsonable", "plain", "scope_key", "snapshot_dict", "summary", "to_json"]
@@ -41,6 +43,8 @@ def jsonable(value: Any) -> Any:
         return out
     if isinstance(value, (list, tuple)):
         return [jsonable(v) for v in value]
+    if is_registered(type(value)):  # a registered message type, revived: its stored fields
+        return jsonable(freeze(value))
     return value
 
 
