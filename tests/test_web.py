@@ -810,7 +810,8 @@ def test_browser_live_counter_moves_while_commits_run(
 def pane_version(driver: Any) -> int | None:
     """The version in the scope pane's summary (None before a scope is shown)."""
     script = (
-        "const dt = Array.from(document.querySelectorAll('#scope-summary dt')).find(e => e.textContent === 'version');"
+        "const dt = Array.from(document.querySelectorAll('#scope-summary dt'))"
+        ".find(e => e.textContent === 'version');"
         "return dt ? dt.nextElementSibling.textContent : null;"
     )
     found = driver.execute_script(script)
