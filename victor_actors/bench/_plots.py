@@ -311,15 +311,18 @@ def _draw_series(
         for px, py in points:
             ax.annotate(label(py), (px, py), xytext=(-7 if left else 6, 4), textcoords="offset points",
                         fontsize=7.5, color=color, ha="right" if left else "left")  # fmt: skip
+    from matplotlib.ticker import NullLocator
+
     ax.set_xscale("log")
     ticks = sorted(xs)
     ax.set_xticks(ticks, [f"{t:,}" for t in ticks])
+    ax.xaxis.set_minor_locator(NullLocator())  # only the values measured at
     ax.set_xlim(min(ticks) / 2, max(ticks) * 3)
     if log_y:
         ax.set_yscale("log")
     else:
         ax.set_ylim(0, max(py for s in series for _, py in s[4]) * 1.15)
-        ax.yaxis.set_major_formatter(lambda v, _pos: _si(v))
+    ax.yaxis.set_major_formatter(lambda v, _pos: label(v))
     ax.set_xlabel(xlabel, fontsize=9)
     ax.set_ylabel(ylabel, fontsize=9)
     ax.legend(fontsize=8, loc="best", frameon=False)

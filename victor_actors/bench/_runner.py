@@ -18,11 +18,10 @@ import tempfile
 import time
 from typing import Any
 
-from victor_actors.bench._machine import git_commit, load_average, machine, source_checkout
+from victor_actors.bench._machine import default_out, git_commit, load_average, machine, source_checkout
 from victor_actors.bench._registry import BENCHMARKS, INSTALL_HINT, Bench, distribution, missing_dependency
 from victor_actors.bench._table import table
 from victor_actors.bench._targets import evaluate
-from victor_actors.bench.report import default_out
 
 __all__ = ["add_parser", "run_command", "run_one"]
 

@@ -24,12 +24,11 @@ import json
 import os
 import platform
 import sys
-import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from victor_actors.bench._machine import source_checkout
+from victor_actors.bench._machine import default_out
 from victor_actors.bench._plots import FIGURES, Figure, draw
 from victor_actors.bench._registry import BENCHMARKS, INSTALL_HINT
 from victor_actors.bench._table import fmt_ratio as ratio
@@ -260,17 +259,6 @@ def _names(names: list[str]) -> str:
     return ", ".join(quoted[:-1]) + f" and {quoted[-1]}" if len(quoted) > 1 else "".join(quoted)
 
 
-def default_out(json_file: str | Path) -> Path:
-    """Where a report of ``json_file`` goes without ``--out``: ``<stem>-report/`` beside it, or under
-    the temporary directory when beside it is inside the source checkout."""
-    path = Path(json_file).resolve()
-    out = path.parent / f"{path.stem}-report"
-    checkout = source_checkout()
-    if checkout is not None and out.is_relative_to(checkout.resolve()):
-        out = Path(tempfile.gettempdir()) / "victor-actors-bench" / f"{path.stem}-report"
-    return out
-
-
 def _replaces_a_full_run(md: Path, doc: dict[str, Any]) -> bool:
     """Whether writing this quick run to ``md`` would replace the report of a full (default mode) run."""
     if doc.get("mode") != "quick" or not md.exists():
@@ -284,7 +272,9 @@ def write(doc: dict[str, Any], out_dir: Path, source: str) -> tuple[Path, list[F
     (or why there are none). Figures and a plot of an earlier report that this one does not draw
     are removed (they would not match it); hand-written notes below :data:`KEPT_MARKER` stay."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    subtitle = f"{doc['meta'].get('cpu_model', '')}, {doc['meta'].get('date', '')}, {doc['mode']} mode"
+    subtitle = (
+        f"{doc['meta'].get('cpu_model', '')}, {str(doc['meta'].get('date', ''))[:10]}, {doc['mode']} mode"
+    )
     figures: list[Figure] | str
     try:
         figures = draw(doc, out_dir, subtitle)
