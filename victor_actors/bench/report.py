@@ -235,8 +235,8 @@ def build(doc: dict[str, Any], figures: list[Figure] | str, source: str) -> str:
         f"in its own fresh process: {_names(defaults)} by default, and {_names(extra)} when named in "
         "`--only`. Without the bench extra, `store`, `agent` and `groupcommit` still measure ours and "
         "leave the rows whose baseline is LangGraph without a ratio (each says why), and `langgraph` "
-        "and `otel` are skipped. `--quick` is a smoke run of a few seconds per benchmark: its numbers "
-        "are noisy. A report is written beside its JSON (`FILE-report/`), never into a checkout unless "
+        "and `otel` are skipped. `--quick` is a smoke run, seconds to a minute per benchmark: its "
+        "numbers are noisy. A report is written beside its JSON (`FILE-report/`), never into a checkout unless "
         "`--out` names the directory.",
         "",
         "## Every value each benchmark wrote",
