@@ -355,3 +355,27 @@ def test_the_kubernetes_recipe_runs_as_written(tmp_path: Path) -> None:
     finally:
         proc.terminate()
         assert proc.wait(30) == 0
+
+
+def test_a_clients_subscription_resumes_across_an_owner_restart(owner: Owner) -> None:
+    """Events reach a client's subscriber in commit order, each once, through a SIGKILL of the owner."""
+    seen: list[int] = []
+    twenty = threading.Event()
+
+    def on_commit(event: victor_actors.StateChanged) -> None:
+        seen.append(event.new_version)
+        if event.new_version == 20:
+            twenty.set()
+
+    with victor_actors.connect(owner.url, request_timeout=60) as client:
+        conv = client.get_conversation_state("s", team_id="t")
+        sub = conv.subscribe(on_commit)
+        for i in range(10):
+            conv.add_message({"i": i})
+        owner.kill()
+        owner.start()
+        for i in range(10, 20):
+            conv.add_message({"i": i})
+        assert twenty.wait(60)
+        sub.close()
+    assert seen == list(range(1, 21))

@@ -25,6 +25,8 @@ SEED_NAMES = {
     "TransitionType",
     "TransitionBatch",
     "CoordinatorResult",
+    "TransitionApplier",
+    "create_snapshot",
 }
 
 
@@ -46,7 +48,14 @@ def _documented(module: str) -> set[str]:
 
 @pytest.mark.parametrize(
     "module",
-    ["victor_actors", "victor_actors.lowlevel", "victor_actors.testing", "victor_actors.ray", "victor_actors.remote"],
+    [
+        "victor_actors",
+        "victor_actors.lowlevel",
+        "victor_actors.testing",
+        "victor_actors.protocols",
+        "victor_actors.ray",
+        "victor_actors.remote",
+    ],
 )
 def test_api_md_documents_exactly_all(module: str) -> None:
     exported = set(importlib.import_module(module).__all__)
@@ -59,7 +68,14 @@ def test_api_md_documents_exactly_all(module: str) -> None:
 
 @pytest.mark.parametrize(
     "module",
-    ["victor_actors", "victor_actors.lowlevel", "victor_actors.testing", "victor_actors.ray", "victor_actors.remote"],
+    [
+        "victor_actors",
+        "victor_actors.lowlevel",
+        "victor_actors.testing",
+        "victor_actors.protocols",
+        "victor_actors.ray",
+        "victor_actors.remote",
+    ],
 )
 def test_every_exported_name_exists(module: str) -> None:
     mod = importlib.import_module(module)
@@ -73,8 +89,8 @@ def test_the_top_level_is_small_and_keeps_the_seed_names() -> None:
     assert "current_run_id" in names and "RunContext" in names and "ToolDispatcher" in names
     errors = {n for n in names if n.endswith("Error")}
     assert all(issubclass(getattr(victor_actors, n), victor_actors.VictorActorsError) for n in errors)
-    # about 20 names for orchestrator code, plus the error hierarchy and __version__
-    assert len(names - errors - {"__version__"}) <= 22
+    # about 20 names for orchestrator code (the seeds' own among them), plus the errors and __version__
+    assert len(names - errors - {"__version__"}) <= 25
 
 
 def test_internals_are_not_exported() -> None:
@@ -82,13 +98,44 @@ def test_internals_are_not_exported() -> None:
         assert hidden not in victor_actors.__all__
 
 
-@pytest.mark.parametrize(
-    "name", ["reduce", "ScopeState", "MapView", "MessageLog", "Codec", "FrozenDict", "thaw"]
-)
+@pytest.mark.parametrize("name", ["reduce", "ScopeState", "MapView", "MessageLog", "Codec", "FrozenDict"])
 def test_a_moved_name_still_imports_from_the_top_with_a_deprecation_warning(name: str) -> None:
     with pytest.warns(DeprecationWarning, match=rf"victor_actors\.{name} moved to victor_actors\.lowlevel"):
         old = getattr(victor_actors, name)
     assert old is getattr(victor_actors.lowlevel, name)
+
+
+def test_thaw_is_on_top_and_makes_plain_copies_of_what_reads_return() -> None:
+    """Issue 29, item 5: reads return FrozenDict and tuples, so ``isinstance(m, dict)`` never matched and
+    the way to plain values was in ``lowlevel`` (deprecated on top). ``thaw`` is a top-level name again,
+    the same function, and it also copies a snapshot's message log and state view."""
+    assert victor_actors.thaw is victor_actors.lowlevel.thaw
+    with victor_actors.GlobalStateManager.open() as manager:
+        conv = manager.get_conversation_state("c")
+        conv.apply(
+            victor_actors.TransitionBatch()
+            .add_message({"role": "user", "content": "hi", "tags": ["a"]})
+            .update_state("plan", {"steps": ["fetch", "chart"]})
+        )
+        snap = conv.snapshot()
+        message = snap.messages[0]
+        assert message == {"role": "user", "content": "hi", "tags": ("a",)} and not isinstance(message, dict)
+        plain = victor_actors.thaw(snap.messages)
+        assert plain == [{"role": "user", "content": "hi", "tags": ["a"]}]
+        assert type(plain) is list and type(plain[0]) is dict and type(plain[0]["tags"]) is list
+        state = victor_actors.thaw(snap.state)
+        assert state == {"plan": {"steps": ["fetch", "chart"]}} and type(state["plan"]["steps"]) is list
+        state["plan"]["steps"].append("mutated")  # a copy: the snapshot is untouched
+        assert snap.get_state("plan") == {"steps": ("fetch", "chart")}
+        assert victor_actors.thaw("text") == "text" and victor_actors.thaw(b"raw") == b"raw"
+
+
+def test_thaw_is_back_on_top_without_a_warning() -> None:
+    """A new user meets read-only messages first: ``victor_actors.thaw`` is where the plain copy is."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert victor_actors.thaw is victor_actors.lowlevel.thaw
+    assert "thaw" in victor_actors.__all__
 
 
 def test_an_unknown_top_level_name_is_an_attribute_error() -> None:

@@ -176,13 +176,13 @@ class CountingHooks:
         self.calls = 0
         self.conflicts = 0
 
-    def call(self, name: str, ref: Any, request: Any, cross_scope: bool) -> _Call:
+    def call(self, name: str, ref: Any, request: Any, cross_scope: bool, names: Any) -> _Call:
         return _Call(self)
 
-    def capture(self) -> _Call:
+    def capture(self, names: Any) -> _Call:
         return _Call(self)
 
-    def run(self, run: Any) -> _Run:
+    def run(self, run: Any, names: Any) -> _Run:
         return _Run()
 
     def restart(self, cell: Any, reason: str) -> contextlib.nullcontext[None]:

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -493,3 +494,34 @@ def test_removals_and_their_rollback_through_the_many_processes_client(
         raise RuntimeError("rolled back")
     assert info.value.rollback_report.scopes[0].messages_restored == 2
     assert _contents(conv.snapshot().messages) == ["m0", "m1"]
+
+
+@attrs.frozen
+class Said:
+    """A typed message (issue 25's message_types): removal hands back and restores instances of it."""
+
+    role: str
+    text: str
+
+
+def test_typed_messages_pop_and_roll_back_as_their_class_through_the_client(tmp_path: Path) -> None:
+    """Removed typed messages cross the wire, and a run's rollback puts them back as their class."""
+    url = f"unix://{tmp_path}/owner.sock"
+    said = [Said("user", f"t{i}") for i in range(3)]
+    with (
+        GlobalStateManager.open(tmp_path / "store", listen=url, message_types=[Said]) as owner,
+        victor_actors.connect(url) as client,
+    ):
+        conv = client.get_conversation_state("c")
+        added = conv.apply(TransitionBatch().add_messages(said)).added_messages
+        rec = conv.apply(TransitionBatch().pop_message())
+        # a commit record holds messages in their stored (tagged) form, the removed as the added
+        assert rec.removed_messages == added[2:] and rec.removed_messages[0]["text"] == "t2"
+        with pytest.raises(RunFailedError), client.run("c", timeout=30):
+            conv.apply(TransitionBatch().truncate_messages(length=0))
+            raise RuntimeError("rolled back")
+        assert list(conv.snapshot().messages) == said[:2]
+        assert list(owner.get_conversation_state("c").snapshot().messages) == said[:2]
+    with GlobalStateManager.open(tmp_path / "store", message_types=[Said]) as again:
+        back = list(again.get_conversation_state("c").snapshot().messages)
+        assert back == said[:2] and all(isinstance(m, Said) for m in back)

@@ -382,6 +382,75 @@ def test_attributes_of_a_durable_commit(otel: Otel, tmp_path: Path) -> None:
     assert after[0] >= before[0] + 1 and after[0] - before[0] == after[1] - before[1]
 
 
+SECRET_IDS = ("alice-7f3e", "ops-team-91c2", "wf-launch-55ab", "child-0d9e")
+
+
+def _everything_exported(otel: Otel) -> str:
+    """Every span's name, attributes, status and events (names and attributes) as one text."""
+    parts: list[str] = []
+    for span in otel.spans():
+        parts.append(span.name)
+        parts.extend(f"{k}={v!r}" for k, v in (span.attributes or {}).items())
+        parts.append(str(span.status.description))
+        for event in span.events:
+            parts.append(event.name)
+            parts.extend(f"{k}={v!r}" for k, v in (event.attributes or {}).items())
+    return "\n".join(parts)
+
+
+def test_an_encrypted_store_keeps_scope_ids_out_of_every_span(otel: Otel, tmp_path: Path) -> None:
+    """Issue 28, item 11: spans carried scope ids in the clear (``victor_actors.scope``, run and tool
+    request ids made from them, error messages quoting them) for a store whose keys hold none. Failed
+    before the fix (the ids were in the attributes and in error texts). Now a manager on an encrypted
+    store names each scope ``level:~<keyed hash>`` (the same hash in every span) and reduces error
+    texts to their type; a plain store's spans are unchanged (the tests above)."""
+    from victor_actors import Keyring
+
+    alice, team, wf, child = SECRET_IDS
+    keys = Keyring({"k1": Keyring.generate_key()}, active="k1")
+    with GlobalStateManager.open(tmp_path / "sealed", encryption=keys) as manager:
+
+        def lookup(call: ToolCall) -> None:
+            raise LookupError(f"nothing for {call.scope} in {call.request_id}")
+
+        manager.register_tool("lookup", lookup)
+        conv = manager.get_conversation_state(alice, workflow_id=wf, team_id=team)
+        conv.subscribe(lambda event: None)
+        conv.apply(TransitionBatch().add_message("hi").update_state("n", 1, scope="team"))  # cross-scope
+        conv.apply(TransitionBatch().execute_tool("lookup", {}))  # generated id: "conversation:alice-...@2#0"
+        conv.apply(TransitionBatch().create_session(child))
+        with pytest.raises(VersionConflictError):
+            conv.apply(TransitionBatch().add_message("late"), expected_version=0)
+        with pytest.raises(RunFailedError), manager.run(alice):
+            conv.add_message("in the run")
+            raise RuntimeError(f"the agent of {alice} in {team} gave up")
+        inject_fault(manager, conv.ref, RuntimeError(f"disk on fire under {conv.ref}"))
+        with pytest.raises(ScopeFailedError):
+            conv.set("k", 2)
+        manager.get_conversation_state(child).set("k", 1)
+        manager.quiesce()
+    exported = _everything_exported(otel)
+    names = {s.name for s in otel.spans()}
+    assert {n.SPAN_APPLY, n.SPAN_COMMIT, n.SPAN_PREPARE, n.SPAN_DELIVER, n.SPAN_TOOL, n.SPAN_RUN} <= names
+    assert n.SPAN_RESTART in names
+    for secret in SECRET_IDS:
+        assert secret not in exported, [line for line in exported.splitlines() if secret in line]
+    scopes = {_attr(s, n.SCOPE) for s in otel.spans() if _attr(s, n.SCOPE) is not None}
+    hashed = {x for x in scopes if x.startswith("conversation:~")}
+    assert len(hashed) == 2 and all(len(x) == len("conversation:~") + 32 for x in hashed)  # alice, child
+    assert any(x.startswith("team:~") for x in scopes)
+    restarts = otel.spans(n.SPAN_RESTART)  # the conversation, and its child session with it
+    assert {_attr(r, n.SCOPE) for r in restarts} == hashed
+    assert _attr(otel.one(n.SPAN_TOOL), n.SCOPE) in hashed  # one name per scope, in every span
+    reasons = sorted(_attr(r, n.REASON) for r in restarts)
+    assert reasons == ["(hidden)", "RuntimeError"], reasons  # the child's: "its supervisor <ref> ..."
+    failed = otel.one(n.SPAN_TOOL)
+    assert failed.status.status_code is StatusCode.ERROR and failed.status.description == "LookupError"
+    assert [e.name for e in failed.events] == ["exception"]
+    (rollback,) = otel.one(n.SPAN_RUN).events
+    assert dict(rollback.attributes or {})[n.REASON] == "RuntimeError"
+
+
 def test_the_group_commit_size_counts_the_commits_sharing_a_transaction(otel: Otel, tmp_path: Path) -> None:
     # a's commit (async durability) waits in the writer's queue for up to flush_interval; b's synced
     # commit, made right after it, leads a transaction that takes a's with it.

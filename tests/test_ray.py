@@ -175,6 +175,28 @@ def test_garbage_sent_to_a_shard_is_refused_and_changes_nothing(manager: RayStat
     assert conv.version == 1 and conv.get("k") == 1
 
 
+def test_a_frame_whose_ops_are_not_a_list_gets_a_typed_error_reply(manager: RayStateManager) -> None:
+    """Regression (issue 28, item 10): a frame whose ``ops`` was ``5`` or ``None`` made the shard's
+    ``call`` raise a bare ``TypeError`` (iterating it), which reached the caller as Ray's task error.
+    Failed before the fix (``ray.get`` raised). Now the reply is a typed error, nothing is applied,
+    and the shard keeps serving."""
+    from victor_actors.ray import _wire
+
+    conv = manager.get_conversation_state("g2")
+    conv.set("k", 1)
+    actor = manager.shard_actor(conv.shard)
+    for ops in (5, None, "apply", {"k": "apply"}):
+        reply = _wire.decode(ray.get(actor.call.remote(_wire.encode({"ops": ops}))))
+        assert reply["r"] == () and reply["e"]["e"] == "ScopeFailedError", reply
+        assert "must hold its operations as a list under 'ops'" in reply["e"]["m"]
+        assert "nothing was run" in reply["e"]["m"]
+    reply = _wire.decode(ray.get(actor.call.remote(_wire.encode({"no ops": ()}))))
+    assert reply["e"]["e"] == "ScopeFailedError"
+    assert conv.version == 1 and conv.get("k") == 1
+    conv.set("k", 2)  # still serving
+    assert conv.get("k") == 2
+
+
 def test_conversations_on_different_shards_are_isolated(manager: RayStateManager) -> None:
     (a,) = _on_shard(manager, 0, "iso-a")
     (b,) = _on_shard(manager, 1, "iso-b")
@@ -209,6 +231,17 @@ def test_a_cross_shard_batch_is_all_or_nothing(manager: RayStateManager) -> None
         )
     assert g.version == 1 and off.version == 1 and g.get("count") == 1
     assert manager.stats()["shard_held"] == 0
+
+
+def test_a_batch_off_home_that_writes_only_global_commits(manager: RayStateManager) -> None:
+    """Regression (found while writing the test below): a batch applied to a scope off global's home
+    that wrote only the global scope sent a part with nothing to write, and the part's dry run
+    failed with a bare ``KeyError`` (a ``ScopeFailedError``: "bad shard request"). Failed before
+    the fix; the empty part now votes with its scope's version."""
+    (off,) = _on_shard(manager, 1, "only-global")
+    rec = off.apply(TransitionBatch().update_state("total", 5, scope="global"))
+    assert {r.ref for r in (rec, *rec.related) if r.committed} == {ScopeRef("global", "global")}
+    assert manager.get_global_state().get("total") == 5 and off.version == 0
 
 
 def test_concurrent_cross_shard_batches_lose_no_update_threads(manager: RayStateManager) -> None:
@@ -275,6 +308,80 @@ def test_a_run_rolls_back_across_shards(manager: RayStateManager) -> None:
     with pytest.raises(RunTimeoutError), manager.run("s1", timeout=0.0):
         a.set("k", "late")
     assert a.get("k") == "before"
+
+
+def test_a_run_rolls_back_a_write_whose_reply_was_lost_to_a_shard_kill(manager: RayStateManager) -> None:
+    """Regression (issue 29, item 1; ``simulate --ray`` failed "message isolation" and "rollbacks
+    accounted for" about one run in two): a write of a run committed, its shard died before
+    replying, and the driver's retry found the commit by its batch id. The shard answered with a
+    record rebuilt from the log that carried only the transitions, no added messages nor key
+    changes, so the run's rollback undid nothing and the message survived. Failed before the fix
+    (the message was still there, and the record had no added messages); now the found commit is
+    rebuilt in full and undone."""
+    (conv,) = _on_shard(manager, 1, "lost")
+    conv.set("k", "before")
+    ray.get(manager.shard_actor(1).inject.remote("apply_after_commit"))
+    records = []
+    with pytest.raises(RunFailedError) as info, manager.run("s"):
+        records.append(conv.apply(TransitionBatch().add_message("during").update_state("k", "during")))
+        raise RuntimeError("the agent failed")
+    assert records[0].added_messages == ("during",) and records[0].changed_keys == ("k",)
+    assert manager.stats()["shard_deduplicated"] >= 1  # the retry was answered from the log
+    assert list(conv.snapshot().messages) == [] and conv.get("k") == "before"
+    (scope,) = info.value.rollback_report.scopes
+    assert scope.messages_removed == 1 and scope.keys_restored == ("k",) and not scope.conflicts
+
+
+def test_a_rollback_whose_reply_was_lost_to_a_shard_kill_is_not_done_twice(manager: RayStateManager) -> None:
+    """Regression (issue 29, item 1): a run's undo of one scope committed, its shard died before
+    replying, and the driver's retry undid the scope again from the same records: it found none of
+    them as the run had left them and reported the run's message as "no longer there", a conflict,
+    though the run's own rollback had removed it. Failed before the fix (the report's conflicts).
+    Now a retried undo finds the run's rollback commit in the scope's log and stops there."""
+    (conv,) = _on_shard(manager, 1, "undo")
+    conv.add_message("before")
+    ray.get(manager.shard_actor(1).inject.remote("rollback_after_commit"))
+    with pytest.raises(RunFailedError) as info, manager.run("s"):
+        conv.add_message("during")
+        raise RuntimeError("the agent failed")
+    assert list(conv.snapshot().messages) == ["before"]
+    (scope,) = info.value.rollback_report.scopes
+    assert scope.conflicts == () and scope.version == 3  # the rollback commit the first attempt made
+    assert manager.stats()["shard_rollbacks_deduplicated"] == 1
+
+
+def test_a_run_write_still_waiting_at_the_runs_timeout_never_outlives_the_run(
+    manager: RayStateManager,
+) -> None:
+    """Regression (issue 29, item 1): ``arun``'s timeout cancelled the body while its write waited on
+    the shard (here: behind a cross-shard prepare holding the scope). The run rolled back the commits
+    it had replies for (none), and the write applied once the hold was gone: the run's message
+    outlived its rollback. Failed before the fix (the messages were ``["late", "after"]``). Now a
+    run's writes are bounded by its deadline, tracked until their reply whether or not the caller
+    still waits, waited for before the rollback, and refused by a shard once their run is rolled back."""
+    from victor_actors.ray import _wire
+
+    (conv,) = _on_shard(manager, 1, "late")
+    conv.add_message("before")
+    actor = manager.shard_actor(1)
+
+    def call(op: dict[str, Any]) -> Any:
+        ((ok, value),) = _wire.decode(ray.get(actor.call.remote(_wire.encode({"ops": (op,)}))))["r"]
+        assert ok, value
+        return value
+
+    hold = _wire.transitions_to(tuple(TransitionBatch().update_state("held", True)))  # never committed
+    call({"k": "prepare", "id": "test-hold", "role": "global", "a": conv.address, "t": hold, "x": None})
+
+    async def agent() -> None:
+        async with manager.arun("s", timeout=0.5):
+            await conv.aadd_message("late")  # waits behind the hold past the run's timeout
+
+    with pytest.raises(RunTimeoutError):
+        asyncio.run(agent())
+    call({"k": "abort", "id": "test-hold"})  # the hold goes: a write still waiting would apply now
+    conv.add_message("after")
+    assert list(conv.snapshot().messages) == ["before", "after"]
 
 
 def test_a_run_rollback_never_erases_another_writers_commit(manager: RayStateManager) -> None:

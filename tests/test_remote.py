@@ -283,7 +283,9 @@ def test_checkpoints_restore_and_fork(client, api) -> None:
     assert client.state_at(conv.ref, 2).get_state("x") == 2
     api(client, "restore", conv.ref, cid)
     assert conv.get("x") == 1
-    fork = api(client, "fork", conv.ref, cid, "s-fork")
+    compacted = api(client, "compact", conv.ref)
+    assert [i.checkpoint_id for i in client.list_checkpoints(conv.ref)] == [compacted]
+    fork = api(client, "fork", conv.ref, compacted, "s-fork")
     assert fork.ref == victor_actors.ScopeRef("conversation", "s-fork") and fork.get("x") == 1
     assert fork.parent == conv.parent
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -31,6 +32,7 @@ from victor_actors.testing import (
     Published,
     Received,
     Recorder,
+    _kit,  # the kit's clock, moved by one test
     assert_commit_order,
     assert_isolated,
     assert_no_partial_batch,
@@ -254,26 +256,54 @@ def test_recorders_stack_and_detach_in_any_order(state_manager: GlobalStateManag
     assert (len(first.published(conv)), len(second.published(conv))) == (2, 1)
 
 
-def test_wait_quiet_waits_for_a_busy_scope(state_manager: GlobalStateManager, recorder: Recorder) -> None:
+class _Clock:
+    """The kit's monotonic clock, moved by the test: time passes only when the test says so."""
+
+    def __init__(self) -> None:
+        self._now = time.monotonic()
+        self._lock = threading.Lock()
+        self.readers: set[threading.Thread] = set()
+        self.read = threading.Condition(self._lock)
+
+    def monotonic(self) -> float:
+        with self._lock:
+            self.readers.add(threading.current_thread())
+            self.read.notify_all()
+            return self._now
+
+    def advance(self, seconds: float) -> None:
+        with self._lock:
+            self._now += seconds
+
+    def wait_read_by(self, thread: threading.Thread) -> bool:
+        with self._lock:
+            return self.read.wait_for(lambda: thread in self.readers, timeout=10)
+
+
+def test_wait_quiet_waits_for_a_busy_scope(
+    state_manager: GlobalStateManager, recorder: Recorder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``wait_quiet`` returns False while a scope keeps committing, True once it has been quiet.
+
+    Regression (issue 29, item 1): this was a real-time assertion (a writer thread committing in a
+    loop, ``wait_quiet(quiet=0.2, timeout=0.4) is False``) and failed under load, when the writer
+    was not scheduled for 0.2 s. Now the kit's clock is the test's: a commit every 0.1 s of it, a
+    0.2 s quiet period, and nothing depends on how fast the threads run."""
+    clock = _Clock()
+    monkeypatch.setattr(_kit, "time", clock)  # the kit's clock only (it reads time.monotonic alone)
     conv = state_manager.get_conversation_state("busy")
-    stop = threading.Event()
-    chatting = threading.Event()
-
-    def chatter() -> None:
-        while not stop.is_set():
-            conv.add_message("tick")
-            chatting.set()
-
-    thread = threading.Thread(target=chatter)
-    thread.start()
-    try:
-        assert chatting.wait(5)  # the scope is busy before we start to wait
-        # wait_quiet's quiet period and timeout are what is under test: real time, not an ordering
-        assert recorder.wait_quiet(quiet=0.2, timeout=0.4) is False
-    finally:
-        stop.set()
-        thread.join()
-    assert recorder.wait_quiet(quiet=0.05, timeout=2.0) is True
+    conv.add_message("tick")
+    outcome: list[bool] = []
+    waiter = threading.Thread(target=lambda: outcome.append(recorder.wait_quiet(quiet=0.2, timeout=1.0)))
+    waiter.start()
+    assert clock.wait_read_by(waiter)  # its deadline is set: 1.0 s of the clock from now
+    for _ in range(15):  # 1.5 s of the clock, never 0.2 s without a commit
+        clock.advance(0.1)
+        conv.add_message("tick")  # recorded before it returns
+    waiter.join(10)
+    assert outcome == [False]
+    clock.advance(0.25)  # then nothing for 0.25 s
+    assert recorder.wait_quiet(quiet=0.2, timeout=5.0) is True
     assert_commit_order(recorder, conv)
 
 

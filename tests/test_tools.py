@@ -22,11 +22,14 @@ import pytest
 
 from victor_actors import (
     ContextSnapshot,
+    DeadlineExceededError,
     GlobalStateManager,
+    RunFailedError,
     ScopeAccessError,
     ScopeHandle,
     ScopeRef,
     ToolCall,
+    ToolRequestNotFoundError,
     TransitionBatch,
     TransitionValidationError,
     VersionConflictError,
@@ -86,8 +89,9 @@ def test_a_request_is_stored_with_its_batch_as_pending(manager: GlobalStateManag
         generated: {"request_id": generated, "tool_name": "ls", "arguments": {}, "version": 1},
     }
     assert snap.to_dict()["pending_tool_requests"]["r1"]["arguments"] == {"q": "llamas", "opts": [1, 2]}
-    # no executor: nothing ran, nothing reported (it is not a redelivery), the request waits
-    assert manager.tools.dispatched == 0 and manager.tools.unhandled == []
+    # no executor: nothing ran, both are listed as unhandled, the requests wait
+    assert manager.tools.dispatched == 0
+    assert manager.tools.unhandled == [(conv.ref, "r1", "search"), (conv.ref, generated, "ls")]
 
 
 def test_the_executor_runs_after_the_commit_and_sees_it(tmp_path: Path) -> None:
@@ -399,6 +403,237 @@ def test_many_requests_each_run_once(manager: GlobalStateManager) -> None:
     for c in convs:
         results = _results(c.snapshot())
         assert {k: v["content"] for k, v in results.items()} == {f"{c.ref.id}-{n}": n * 2 for n in range(20)}
+
+
+def test_a_request_to_a_tool_with_no_executor_is_listed_and_logged_once(
+    manager: GlobalStateManager, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Regression (issue 29, item 3): a request naming a tool with no executor committed, and then
+    nothing: not run, not listed in ``unhandled`` (only redeliveries were), not logged, while
+    ``wait_idle()`` said all was done and the agent waited forever. It failed before the fix (the
+    list was empty and nothing was logged). Now it is listed at once, logged once per tool name at
+    WARNING, stays pending, and registering the executor later runs it."""
+    conv = manager.get_conversation_state("c")
+    with caplog.at_level(logging.WARNING, logger="victor_actors"):
+        conv.apply(TransitionBatch().execute_tool("serach", {"q": 1}, request_id="a"))  # misspelt
+        conv.apply(TransitionBatch().execute_tool("serach", {"q": 2}, request_id="b"))
+        conv.apply(TransitionBatch().execute_tool("other", {}, request_id="c"))
+    assert manager.tools.unhandled == [
+        (conv.ref, "a", "serach"),
+        (conv.ref, "b", "serach"),
+        (conv.ref, "c", "other"),
+    ]
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 2, [r.getMessage() for r in warnings]
+    assert "names tool 'serach', which has no executor registered" in warnings[0].getMessage()
+    assert "manager.tools.unhandled" in warnings[0].getMessage()
+    assert "names tool 'other'" in warnings[1].getMessage()
+    assert set(conv.snapshot().pending_tool_requests) == {"a", "b", "c"}  # not lost, not answered
+    assert manager.tools.wait_idle(5) and manager.tools.dispatched == 0  # nothing runs
+
+    rec = Recorder(lambda call: call.arguments["q"] * 10)
+    manager.register_tool("serach", rec)  # the listed requests are dispatched now
+    manager.quiesce()
+    assert sorted(c.request_id for c in rec.calls) == ["a", "b"]
+    assert not any(c.redelivery for c in rec.calls)  # first deliveries: they never ran before
+    assert {k: v["content"] for k, v in _results(conv.snapshot()).items()} == {"a": 10, "b": 20}
+    assert manager.tools.unhandled == [(conv.ref, "c", "other")]
+
+
+def test_registering_an_executor_runs_a_listed_request_of_a_passivated_scope_once(tmp_path: Path) -> None:
+    with GlobalStateManager.open(tmp_path, max_live_actors=1) as manager:
+        conv = manager.get_conversation_state("c")
+        conv.apply(TransitionBatch().execute_tool("later", {"q": 3}, request_id="r"))
+        for i in range(3):  # other scopes take the only live actor: c is passivated, then evicted
+            manager.get_conversation_state(f"other-{i}").set("k", i)
+        manager.passivate_idle(0)
+        rec = Recorder(lambda call: call.arguments["q"])
+        manager.register_tool("later", rec)  # reading c brings it back, which redelivers it too
+        manager.quiesce()
+        assert [c.request_id for c in rec.calls] == ["r"]
+        assert _results(conv.snapshot())["r"]["content"] == 3 and manager.tools.unhandled == []
+
+
+def test_registering_an_executor_skips_a_listed_request_answered_meanwhile(
+    manager: GlobalStateManager,
+) -> None:
+    conv = manager.get_conversation_state("c")
+    conv.apply(TransitionBatch().execute_tool("late", {}, request_id="r"))
+    conv.apply(TransitionBatch().tool_result("late", "by hand", request_id="r"))
+    rec = Recorder()
+    manager.register_tool("late", rec)
+    manager.quiesce()
+    assert rec.calls == [] and manager.tools.unhandled == []
+    assert [m["content"] for m in conv.snapshot().messages] == ["by hand"]
+
+
+_CLOSE_CHILD = """
+import asyncio, sys, threading, time
+from victor_actors import GlobalStateManager, TransitionBatch
+
+started = threading.Event()
+
+async def atool(call):
+    started.set()
+    try:
+        await asyncio.Event().wait()  # never set: only close ends this
+    except asyncio.CancelledError:
+        print("cancelled", flush=True)
+        raise
+
+def tool(call):
+    started.set()
+    threading.Event().wait()  # never set: a thread cannot be cancelled
+
+m = GlobalStateManager.open(sys.argv[1])
+m.register_tool("slow", atool if sys.argv[2] == "async" else tool)  # the default timeout: 30 s
+m.get_conversation_state("c").apply(
+    TransitionBatch().execute_tool("slow", {}, request_id="r1").execute_tool("slow", {}, request_id="r2")
+)
+started.wait(10)
+m.close()
+print("closed", flush=True)
+"""
+
+
+@pytest.mark.parametrize("kind", ["async", "sync"])
+def test_closing_the_manager_with_a_tool_in_flight_exits_at_once_quietly(tmp_path: Path, kind: str) -> None:
+    """Regression (issue 29, item 2): closing a manager (Ctrl-C in an asyncio app) while a tool ran held
+    the process's exit for the tool's whole timeout (30 s by default; a sync tool that never returns
+    held it forever) and printed ``RuntimeError: Event loop is closed`` and ``Task was destroyed but
+    it is pending!`` once per call. Failed before the fix: the child outlived the bound below, with
+    those tracebacks. Now close cancels the async calls, abandons the sync one on a daemon thread,
+    records no result (the requests stay pending) and the process exits, printing nothing."""
+    proc = subprocess.run(
+        [sys.executable, "-c", _CLOSE_CHILD, str(tmp_path), kind],
+        capture_output=True,
+        text=True,
+        timeout=20,  # a hang bound, far below the tool's 30 s timeout; the child needs about 1 s
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == ""
+    expected = ["cancelled", "cancelled", "closed"] if kind == "async" else ["closed"]
+    assert proc.stdout.split() == expected
+    # the requests were left pending, not answered with an error: a reopen delivers them again
+    rec = Recorder(lambda call: "done")
+    with GlobalStateManager.open(tmp_path) as manager:
+        manager.register_tool("slow", rec)
+        conv = manager.get_conversation_state("c")
+        manager.quiesce()
+        assert sorted(c.request_id for c in rec.calls) == ["r1", "r2"]
+        assert all(c.redelivery for c in rec.calls)
+        assert {k: v["content"] for k, v in _results(conv.snapshot()).items()} == {"r1": "done", "r2": "done"}
+
+
+def test_close_keeps_a_request_whose_tool_is_still_running_pending(tmp_path: Path) -> None:
+    started = threading.Event()
+    finish = threading.Event()
+
+    def tool(call: ToolCall) -> str:
+        started.set()
+        finish.wait(10)
+        return "after close"
+
+    manager = GlobalStateManager.open(tmp_path)
+    manager.register_tool("t", tool)
+    manager.get_conversation_state("c").apply(TransitionBatch().execute_tool("t", {}, request_id="r"))
+    assert started.wait(5)
+    manager.close()
+    assert manager.tools.wait_idle(0)  # nothing is waited for once closed
+    finish.set()  # the abandoned thread returns: its result is dropped, the manager being closed
+    with GlobalStateManager.open(tmp_path) as again:
+        assert set(again.get_conversation_state("c").snapshot().pending_tool_requests) == {"r"}
+
+
+# -- waiting for one result ---------------------------------------------------------
+
+
+def test_wait_tool_result_returns_the_result_message(manager: GlobalStateManager) -> None:
+    release = threading.Event()
+
+    def lookup(call: ToolCall) -> dict[str, Any]:
+        release.wait(10)
+        return {"hits": call.arguments["q"] * 2}
+
+    manager.register_tool("lookup", lookup)
+    conv = manager.get_conversation_state("c")
+    commit = conv.apply(TransitionBatch().execute_tool("lookup", {"q": 21}))
+    request = commit.tool_requests[0]
+    releaser = threading.Thread(target=release.set)
+    releaser.start()  # the result lands while the wait starts: before it or during it, both count
+    message = conv.wait_tool_result(request, timeout=10)  # by the request itself
+    releaser.join()
+    assert message["role"] == "tool" and message["request_id"] == request["request_id"]
+    assert message["content"] == {"hits": 42} and message["error"] is None
+    # asked again once answered: the same message, at once, by the id
+    assert conv.wait_tool_result(request["request_id"], timeout=0.001) == message
+
+
+def test_wait_tool_result_returns_a_failed_call_as_its_result(manager: GlobalStateManager) -> None:
+    def broken(call: ToolCall) -> None:
+        raise ConnectionError("backend reset")
+
+    manager.register_tool("broken", broken)
+    conv = manager.get_conversation_state("c")
+    conv.apply(TransitionBatch().execute_tool("broken", {}, request_id="r"))
+    message = conv.wait_tool_result("r", timeout=10)
+    assert message["content"] is None and message["error"] == "ConnectionError: backend reset"
+
+
+def test_await_tool_result_is_the_asyncio_twin(manager: GlobalStateManager) -> None:
+    async def search(call: ToolCall) -> list[str]:
+        await asyncio.sleep(0)
+        return [call.arguments["q"]]
+
+    manager.register_tool("search", search)
+    conv = manager.get_conversation_state("c")
+
+    async def agent() -> tuple[Any, int]:
+        ticks = 0
+
+        async def ticker() -> None:  # the loop stays free while the result is awaited
+            nonlocal ticks
+            while True:
+                ticks += 1
+                await asyncio.sleep(0)
+
+        beat = asyncio.create_task(ticker())
+        commit = await conv.aapply(TransitionBatch().execute_tool("search", {"q": "llamas"}))
+        message = await conv.await_tool_result(commit.tool_requests[0]["request_id"], timeout=10)
+        beat.cancel()
+        return message, ticks
+
+    message, ticks = asyncio.run(agent())
+    assert message["content"] == ("llamas",) and message["error"] is None
+    assert ticks > 0
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_waiting_for_an_unknown_or_released_request_is_a_typed_error(
+    manager: GlobalStateManager, kind: str
+) -> None:
+    conv = manager.get_conversation_state("c")
+
+    def wait(request: str, timeout: float) -> Any:
+        if kind == "sync":
+            return conv.wait_tool_result(request, timeout=timeout)
+        return asyncio.run(conv.await_tool_result(request, timeout=timeout))
+
+    with pytest.raises(ToolRequestNotFoundError, match="no pending tool request 'never'"):
+        wait("never", 5)
+    # a run's request, released by its rollback: no result will ever come
+    with pytest.raises(RunFailedError), manager.run("s"):
+        conv.apply(TransitionBatch().execute_tool("nobody", {}, request_id="in-run"))
+        raise RuntimeError("the agent failed")
+    with pytest.raises(ToolRequestNotFoundError):
+        wait("in-run", 5)
+    # no executor: the wait ends at its timeout, and the request stays pending
+    conv.apply(TransitionBatch().execute_tool("nobody", {}, request_id="stuck"))
+    with pytest.raises(DeadlineExceededError, match=r"'stuck' within 0\.2 s; it is still pending"):
+        wait("stuck", 0.2)
+    assert "stuck" in conv.snapshot().pending_tool_requests
+    with pytest.raises(TypeError, match="request id"):
+        wait({"no": "id"}, 1)  # type: ignore[arg-type]
 
 
 def test_executor_registration_is_checked(manager: GlobalStateManager) -> None:

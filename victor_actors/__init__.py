@@ -16,6 +16,7 @@ import logging
 import warnings
 from typing import Any
 
+from victor_actors._applier import TransitionApplier, create_snapshot
 from victor_actors._context import current_run_id
 from victor_actors._coordinator import Coordinator, CoordinatorRunner
 from victor_actors._errors import (
@@ -30,6 +31,7 @@ from victor_actors._errors import (
     ScopeClosedError,
     ScopeFailedError,
     StoreLockedError,
+    ToolRequestNotFoundError,
     TransitionValidationError,
     VersionConflictError,
     VictorActorsError,
@@ -47,8 +49,10 @@ from victor_actors._model import (
 )
 from victor_actors._rollback import RollbackReport, RunFailedError, RunTimeoutError
 from victor_actors._runs import Run, RunContext
-from victor_actors._state import ContextSnapshot, StateChanged
+from victor_actors._snapshot import ContextSnapshot
+from victor_actors._state import StateChanged
 from victor_actors._tools import ToolCall, ToolDispatcher
+from victor_actors._values import thaw
 from victor_actors.remote import RemoteStateManager, connect
 from victor_actors.store import Keyring
 
@@ -88,6 +92,8 @@ __all__ = [
     "Subscription",
     "ToolCall",
     "ToolDispatcher",
+    "ToolRequestNotFoundError",
+    "TransitionApplier",
     "TransitionBatch",
     "TransitionType",
     "TransitionValidationError",
@@ -95,7 +101,9 @@ __all__ = [
     "VictorActorsError",
     "__version__",
     "connect",
+    "create_snapshot",
     "current_run_id",
+    "thaw",
 ]
 
 # Names that left the top level in 0.2.0, and the module that has them now. They keep
@@ -109,7 +117,6 @@ _MOVED = {
     "MessageLog": "victor_actors.lowlevel",
     "ScopeState": "victor_actors.lowlevel",
     "freeze": "victor_actors.lowlevel",
-    "thaw": "victor_actors.lowlevel",
     "register_converter": "victor_actors.lowlevel",
     "reduce": "victor_actors.lowlevel",
     "CheckpointInfo": "victor_actors.lowlevel",

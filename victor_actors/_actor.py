@@ -28,14 +28,21 @@ from victor_actors._errors import (
     VictorActorsError,
 )
 from victor_actors._events import Subscription
-from victor_actors._messages import ApplyRequest, Barrier, PrepareRequest, RestartRequest, answer_all
+from victor_actors._messages import (
+    ApplyRequest,
+    Barrier,
+    CheckpointRequest,
+    PrepareRequest,
+    RestartRequest,
+    answer_all,
+)
 from victor_actors._model import ScopeRef
 from victor_actors._reducer import reduce
 from victor_actors._reducer import reset as _reset_step
 from victor_actors._state import ScopeState, StateChanged
 from victor_actors._threads import run_on_actor_thread
 
-__all__ = ["ActorHost", "Persist", "ScopeActor", "Stager"]
+__all__ = ["ActorHost", "Checkpointer", "Persist", "ScopeActor", "Stager"]
 
 logger = logging.getLogger("victor_actors")
 _actor_numbers = itertools.count(1)
@@ -43,6 +50,8 @@ _actor_numbers = itertools.count(1)
 
 # Makes a commit durable before it is published; raises if it cannot.
 Persist = Callable[[ScopeCell, ScopeState, StateChanged, ApplyRequest], None]
+# Writes a checkpoint of the cell's committed state (on the actor's thread); returns its id.
+Checkpointer = Callable[[ScopeCell, CheckpointRequest], str]
 
 
 class Stager(Protocol):
@@ -109,7 +118,12 @@ class ScopeActor(pykka.ThreadingActor):
     use_daemon_thread = True
 
     def __init__(
-        self, cell: ScopeCell, host: ActorHost, persist: Persist | None = None, stager: Stager | None = None
+        self,
+        cell: ScopeCell,
+        host: ActorHost,
+        persist: Persist | None = None,
+        stager: Stager | None = None,
+        checkpointer: Checkpointer | None = None,
     ) -> None:
         # pykka's own __init__ names every actor with uuid.uuid4(): a user's test that patches
         # uuid4 (LangGraph's suite does) would see its ids consumed by our actors. Set the same
@@ -120,6 +134,7 @@ class ScopeActor(pykka.ThreadingActor):
         self._actor_ref = pykka.ActorRef(self)
         self._persist = persist
         self._stager = stager
+        self._checkpointer = checkpointer
         self._staged: list[_Staged] = []
         self._answers: list[tuple[Any, Any]] = []  # committed, published, not yet answered (see _reply)
         self._host = host
@@ -136,7 +151,7 @@ class ScopeActor(pykka.ThreadingActor):
         # pykka's actor and its ref point at each other: without this the cell (and its state)
         # would wait for the cyclic collector after an eviction instead of going at once
         self._cell.owner = None
-        del self._cell, self._host, self._persist, self._stager
+        del self._cell, self._host, self._persist, self._stager, self._checkpointer
 
     def _start_actor_loop(self) -> None:
         # one thread per live actor, as pykka has it, but threads are reused (see _threads)
@@ -261,6 +276,8 @@ class ScopeActor(pykka.ThreadingActor):
         if message.__class__ is RestartRequest:
             self._host.reload(self._cell, message.reason)
             return None
+        if message.__class__ is CheckpointRequest:
+            return self._checkpoint(message)
         if message.__class__ is ApplyRequest:
             token = RUN_ID.set(message.run_id) if message.run_id is not None else None
             try:
@@ -282,6 +299,26 @@ class ScopeActor(pykka.ThreadingActor):
                 if token is not None:
                     RUN_ID.reset(token)
         return super().on_receive(message)
+
+    def _checkpoint(self, req: CheckpointRequest) -> str:
+        """Write a checkpoint of the committed state (staged commits were settled before this).
+
+        A failure goes back to the caller and leaves the scope as it was (a
+        checkpoint changes no state); it is not the scope's failure, so it is
+        not supervised.
+        """
+        cell = self._cell
+        if self._checkpointer is None:
+            raise ScopeFailedError(f"{cell.state.ref} has no store to checkpoint into; nothing was written")
+        try:
+            return self._checkpointer(cell, req)
+        except Exception:
+            raise
+        except BaseException as exc:  # never to pykka, which would stop every actor
+            raise ScopeFailedError(
+                f"{cell.state.ref}: writing a checkpoint was interrupted ({type(exc).__name__}); "
+                f"the scope stays at version {cell.state.version}"
+            ) from exc
 
     def _prepare(self, req: PrepareRequest) -> None:
         """Vote on this scope's part of a cross-scope batch; if yes, hold until it is decided."""

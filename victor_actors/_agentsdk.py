@@ -19,7 +19,8 @@ from victor_actors._errors import ScopeAccessError, TransitionValidationError, V
 from victor_actors._handle import ScopeHandle
 from victor_actors._manager import GlobalStateManager
 from victor_actors._model import MAX_ID_BYTES, ScopeRef, TransitionBatch
-from victor_actors._state import ContextSnapshot, StateChanged
+from victor_actors._snapshot import ContextSnapshot
+from victor_actors._state import StateChanged
 from victor_actors.remote import RemoteStateManager
 from victor_actors.remote._handle import RemoteScopeHandle
 

@@ -15,9 +15,11 @@ from typing import Any
 
 import pykka
 
+from victor_actors import _trace
 from victor_actors._events import Subscription
 from victor_actors._model import ScopeRef
-from victor_actors._state import ContextSnapshot, ScopeState
+from victor_actors._snapshot import ContextSnapshot
+from victor_actors._state import ScopeState
 
 __all__ = ["Observer", "ScopeCell", "mailbox_depth"]
 
@@ -61,6 +63,7 @@ class ScopeCell:
         "handle",
         "last_active",
         "lock",
+        "names",
         "observer",
         "owner",
         "restarts",
@@ -80,6 +83,7 @@ class ScopeCell:
         # a read-only manager's last snapshot, with the store's newest transaction id when it was read
         self.fresh: tuple[int, ContextSnapshot] | None = None
         self.durability = durability
+        self.names = _trace.CLEAR  # how telemetry spells this scope's id (the manager's Names)
         self.restarts = 0
         self.failed_reason: str | None = None  # set when supervision gave up on this scope
         self.owner: Any = None  # the actor's thread, once it runs

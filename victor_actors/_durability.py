@@ -17,6 +17,17 @@ tracker with it (a weak map). A scope's first checkpoint after it was
 loaded builds on the checkpoint it was loaded from when the store can show
 its state descends from that load (``Store.base_after_load``); otherwise,
 and after any reset, the next checkpoint starts a new chain.
+
+One owner per scope, on this path too (docs/adr/0022): every checkpoint is
+written on the scope's actor thread, either inside a commit (the periodic
+ones) or as a :class:`CheckpointRequest` the actor takes between two commits
+(``save_checkpoint``, ``compact``, leaving ``manual``). So a checkpoint
+reads exactly the state the actor last committed, the tracker's base is
+always what the store holds for the scope, and no second writer of the
+scope's records exists: a compaction is a full checkpoint that becomes the
+base, never a record written beside it. Restores are reset commits through
+the actor; a fork's first records are written before its scope exists,
+under the kernel's lock that guards the scope's creation.
 """
 
 from __future__ import annotations
@@ -28,7 +39,7 @@ from typing import Any
 
 import attrs
 
-from victor_actors._actor import Persist, Stager
+from victor_actors._actor import Checkpointer, Persist, Stager
 from victor_actors._cell import ScopeCell
 from victor_actors._errors import (
     CheckpointNotFoundError,
@@ -37,10 +48,11 @@ from victor_actors._errors import (
     VictorActorsError,
 )
 from victor_actors._kernel import Kernel
-from victor_actors._messages import ApplyRequest
+from victor_actors._messages import ApplyRequest, CheckpointRequest
 from victor_actors._model import ScopeRef
 from victor_actors._options import DURABILITY_MODES
-from victor_actors._state import ContextSnapshot, ScopeState, StateChanged
+from victor_actors._snapshot import ContextSnapshot
+from victor_actors._state import ScopeState, StateChanged
 from victor_actors._values import check_text
 from victor_actors.store import (
     CheckpointBase,
@@ -51,6 +63,7 @@ from victor_actors.store import (
     Store,
     TxnOp,
     apply_record,
+    plan_compaction,
 )
 from victor_actors.store import checkpoint_id as _checkpoint_id
 
@@ -365,18 +378,24 @@ class Durability:
         return store
 
     def set_durability(self, cell: ScopeCell, mode: str) -> None:
-        """Override the durability mode for one scope (leaving ``manual`` checkpoints first)."""
+        """Override the durability mode for one scope (leaving ``manual`` checkpoints first).
+
+        Leaving ``manual`` is one request to the scope's actor: the checkpoint
+        and the switch, with no commit between them (a commit there would be
+        in neither the checkpoint nor the log).
+        """
         store = self.need_writable_store("set_durability")
         if mode not in DURABILITY_MODES:
             raise ValueError(f"durability must be one of {DURABILITY_MODES}, not {mode!r}")
         if cell.durability == "manual" and mode != "manual":
-            self.save_checkpoint(cell, None)
-        cell.durability = mode
+            self._ask_owner(cell, CheckpointRequest(None, durability=mode))
+        else:
+            cell.durability = mode
         if mode == "sync":
             store.flush()
 
-    def save_checkpoint(self, cell: ScopeCell, label: str | None) -> str:
-        store = self.need_writable_store("save_checkpoint")
+    @staticmethod
+    def _label(label: str | None) -> str | None:
         if label is not None and not isinstance(label, str):
             raise TypeError("label must be a str")
         if label is not None:
@@ -384,9 +403,48 @@ class Durability:
             why = check_text(label, "the label")
             if why is not None:
                 raise TransitionValidationError(f"{why}; no checkpoint was written", field="label")
+        return label
+
+    def save_checkpoint(self, cell: ScopeCell, label: str | None) -> str:
+        """Write a checkpoint of the scope's committed state, through its actor; return its id."""
+        self.need_writable_store("save_checkpoint")
+        return self._ask_owner(cell, CheckpointRequest(self._label(label)))
+
+    def compact(self, cell: ScopeCell, label: str | None) -> str:
+        """Make the scope's committed state its only stored base, through its actor; return its id."""
+        self.need_writable_store("compact")
+        return self._ask_owner(cell, CheckpointRequest(self._label(label), compact=True))
+
+    def _ask_owner(self, cell: ScopeCell, req: CheckpointRequest) -> str:
+        """Have the scope's actor write the checkpoint (inline if this is the actor's thread)."""
+        if cell.owner is threading.current_thread() and not cell.evicted:
+            return self._write_checkpoint(cell, req)
+        answer: str = self.kernel.ask(cell, req, self.kernel.options.request_timeout)
+        return answer
+
+    def checkpointer(self) -> Checkpointer | None:
+        """What an actor calls for a :class:`CheckpointRequest` (None without a writable store)."""
+        store = self.store
+        if store is None or store.read_only:
+            return None
+        return self._write_checkpoint
+
+    def _write_checkpoint(self, cell: ScopeCell, req: CheckpointRequest) -> str:
+        """On the scope's actor thread: write a checkpoint of ``cell.state`` (or compact to it)."""
+        store = self.need_writable_store("a checkpoint")
         state = cell.state
-        record = CheckpointRecord(state, label, time.time())
-        store.submit([self._checkpoint_op(cell, record, self.kernel.options.keep_checkpoints)], wait=True)
+        record = CheckpointRecord(state, req.label, time.time())
+        if req.compact:
+            op, planned = plan_compaction(store, state.ref, record)
+            store.submit([op], wait=True)
+            tracker = self._tracker(cell)
+            with tracker.lock:  # the only stored base now: later checkpoints build on it
+                tracker.base = planned
+                tracker.touched = {k: v for k, v in tracker.touched.items() if v > state.version}
+        else:
+            store.submit([self._checkpoint_op(cell, record, self.kernel.options.keep_checkpoints)], wait=True)
+        if req.durability is not None:
+            cell.durability = req.durability
         return _checkpoint_id(state.ref, state.version)
 
     def list_checkpoints(self, ref: ScopeRef) -> list[CheckpointInfo]:
@@ -409,29 +467,36 @@ class Durability:
         return ContextSnapshot(state)
 
     def target(self, cell: ScopeCell, checkpoint: str | int) -> ScopeState:
-        """The state a restore to ``checkpoint`` (an id, or a version) sets."""
+        """The state a restore or a fork to ``checkpoint`` (an id, or a version) starts from.
+
+        Every commit made before the call is in the store first (``async``
+        mode queues them), so a version just committed can be named.
+        """
         store = self.need_store()
+        if not store.read_only:
+            store.flush()
         ref = cell.state.ref
         if isinstance(checkpoint, str):
             return store.checkpoint(ref, parse_checkpoint_id(ref, checkpoint)).state
         return store.load(ref, cell.state.lineage, upto=parse_checkpoint_id(ref, checkpoint))[0]
 
-    def write_fork(self, source: ScopeCell, target: ScopeState, new_ref: ScopeRef) -> ScopeState:
-        """Write a fork's scope record and its first full checkpoint; return its state."""
-        store = self.need_store()
-        lineage = source.state.lineage
-        state = attrs.evolve(target, ref=new_ref, lineage=lineage)  # the contents, renamed
+    @staticmethod
+    def fork_state(source: ScopeCell, target: ScopeState, new_ref: ScopeRef) -> ScopeState:
+        """A fork's first state: ``target``'s contents under ``new_ref``, beside its source."""
+        return attrs.evolve(target, ref=new_ref, lineage=source.state.lineage)
+
+    def write_fork(self, source: ScopeCell, state: ScopeState) -> None:
+        """Write a fork's scope record and its first full checkpoint (before its scope exists)."""
+        store = self.need_writable_store("fork")
         now = time.time()
+        label = f"fork of {source.state.ref}"
         store.submit(
             [
-                store.op_put_scope(ScopeRecord(new_ref, lineage, now)),
-                store.op_put_checkpoint(
-                    new_ref, CheckpointRecord(state, f"fork of {source.state.ref}", now), None
-                ),
+                store.op_put_scope(ScopeRecord(state.ref, state.lineage, now)),
+                store.op_put_checkpoint(state.ref, CheckpointRecord(state, label, now), None),
             ],
             wait=True,
         )
-        return state
 
 
 def _catch_up(store: Store, state: ScopeState, head: int) -> ScopeState:

@@ -17,6 +17,7 @@ __all__ = [
     "ScopeClosedError",
     "ScopeFailedError",
     "StoreLockedError",
+    "ToolRequestNotFoundError",
     "TransitionValidationError",
     "VersionConflictError",
     "VictorActorsError",
@@ -101,6 +102,14 @@ class DeadlineExceededError(VictorActorsError):
     A request that expired while waiting in the mailbox was not applied. A
     request whose reply did not arrive in time may still be applied later by
     the actor; the caller can tell by reading the scope's version.
+    """
+
+
+class ToolRequestNotFoundError(VictorActorsError, LookupError):
+    """A tool request is neither pending nor answered in the scope asked; nothing changed.
+
+    It was never made there, or a run's rollback released it: a result will
+    never come, so make a new request if the tool is still needed.
     """
 
 

@@ -71,9 +71,10 @@ class Subscription:
 class EventBus:
     """One daemon thread that calls subscribers in the order commits happened."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, names: _trace.Names = _trace.CLEAR) -> None:
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._name = name
+        self._names = names  # how the manager's scope ids appear in telemetry
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self.published = 0  # events handed to the thread so far
@@ -102,7 +103,7 @@ class EventBus:
             self._start()
         self.published += 1
         hooks = _trace.hooks  # traced: subscribers run in the publishing request's context
-        self._queue.put((subscribers, event, None if hooks is None else hooks.capture()))
+        self._queue.put((subscribers, event, None if hooks is None else hooks.capture(self._names)))
 
     def _start(self) -> None:
         with self._lock:

@@ -6,6 +6,8 @@
   and hold until the transaction is decided;
 - :class:`RestartRequest`: rebuild the scope from its last committed state
   (sent by its supervisor);
+- :class:`CheckpointRequest`: write a checkpoint of the scope's committed
+  state (or compact the scope to it), in order with its commits;
 - :class:`Barrier`: answered as soon as it is reached (``quiesce``).
 
 :class:`AsyncReply` is how an ``a``-prefixed call gets its answer: the actor
@@ -31,6 +33,7 @@ __all__ = [
     "ApplyRequest",
     "AsyncReply",
     "Barrier",
+    "CheckpointRequest",
     "PrepareRequest",
     "ResetTo",
     "RestartRequest",
@@ -140,6 +143,26 @@ class RestartRequest:
 
     def __init__(self, reason: str) -> None:
         self.reason = reason
+
+
+class CheckpointRequest:
+    """Write a checkpoint of the scope's committed state, on its actor, between two of its commits.
+
+    Every checkpoint that is not part of a commit comes here (``save_checkpoint``,
+    ``compact``, leaving ``manual`` durability), so it reads exactly the state
+    the actor last committed and the incremental-checkpoint tracker's base,
+    and no commit of the scope can interleave with it. ``compact``: the
+    checkpoint becomes the scope's only stored base (older checkpoints and
+    the log up to it are dropped). ``durability``: the scope's mode to set
+    once the checkpoint is durable (None: unchanged).
+    """
+
+    __slots__ = ("compact", "durability", "label")
+
+    def __init__(self, label: str | None, *, compact: bool = False, durability: str | None = None) -> None:
+        self.label = label
+        self.compact = compact
+        self.durability = durability
 
 
 class Barrier:

@@ -400,7 +400,7 @@ class RunContext:
             self._kernel.runs[self._run.id] = self._run
         hooks = _trace.hooks
         if hooks is not None:  # traced: the run's span is current in its body
-            self._trace = hooks.run(self._run)
+            self._trace = hooks.run(self._run, self._kernel.names)
         return self._run
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:

@@ -54,6 +54,7 @@ class Runtime:
         self.durability = Durability(kernel)
         self._persist = self.durability.persister()
         self._stager = self.durability.stager()
+        self._checkpointer = self.durability.checkpointer()
         self.archive = MemoryArchive() if store is None else None
         self.passivator = Passivator(
             kernel,
@@ -85,7 +86,7 @@ class Runtime:
     # -- actors -------------------------------------------------------------
 
     def _spawn(self, cell: ScopeCell) -> pykka.ActorRef[Any]:
-        return ScopeActor.start(cell, self, self._persist, self._stager)
+        return ScopeActor.start(cell, self, self._persist, self._stager, self._checkpointer)
 
     def _create_record(self, ref: ScopeRef, lineage: tuple[ScopeRef, ...]) -> None:
         self.durability.create_scope(ref, lineage)

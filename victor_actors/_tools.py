@@ -16,18 +16,29 @@ idempotency key and ``redelivery=True`` (executors that have side effects use
 the key to avoid doing them twice), or, if no executor is registered for it,
 reported in ``manager.tools.unhandled``. A request is never lost and never
 run twice silently.
+
+A request whose tool has no executor (a misspelt name, an executor not
+registered yet) is not run and not answered: it stays pending, is listed in
+``manager.tools.unhandled`` and is logged once per tool name at WARNING.
+Registering an executor for that name later dispatches the listed requests.
+
+Closing the manager cancels the tool work in flight: ``async`` executors are
+cancelled on the tools' event loop, a sync executor's thread is abandoned
+(it is a daemon thread: it cannot hold the process's exit), and no result is
+recorded for either, so their requests stay pending and are redelivered
+after a reopen. Close returns within about a second and prints nothing.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import functools
 import inspect
 import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
-from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
 import attrs
@@ -38,12 +49,15 @@ from victor_actors._errors import VictorActorsError
 from victor_actors._kernel import Kernel
 from victor_actors._model import ScopeRef, TransitionBatch
 from victor_actors._runs import CURRENT_RUN, Run
+from victor_actors._threads import Workers
 from victor_actors._trace import Carrier
 from victor_actors._values import freeze, thaw
 
 __all__ = ["ToolCall", "ToolDispatcher"]
 
 logger = logging.getLogger("victor_actors")
+
+CANCEL_GRACE = 1.0  # seconds close gives cancelled async executors to finish their cleanup
 
 
 @attrs.frozen(slots=True)
@@ -65,11 +79,23 @@ class _Tool:
     is_async: bool
 
 
+@attrs.frozen(slots=True)
+class _Unhandled:
+    name: str
+    request: Any
+    redelivery: bool
+    run_id: str | None
+
+
+class _Closing(Exception):
+    """The dispatcher closed while a call was in flight: record nothing, leave the request pending."""
+
+
 class ToolDispatcher:
     """Runs registered tool executors for committed EXECUTE_TOOL requests.
 
     ``manager.tools`` is this dispatcher: ``wait_idle()`` / ``await_idle()``
-    wait for running executors, ``unhandled`` lists redelivered requests no
+    wait for running executors, ``unhandled`` lists pending requests no
     executor is registered for, and the counters ``dispatched``,
     ``redelivered`` and ``failed`` say what it did. ``apply_result(ref,
     batch)`` applies a result batch to a scope (as the run that requested it,
@@ -88,8 +114,7 @@ class ToolDispatcher:
         self._apply_result = apply_result
         self._pending = pending
         self._tools: dict[str, _Tool] = {}
-        self._pool: ThreadPoolExecutor | None = None
-        self._calls: ThreadPoolExecutor | None = None
+        self._pool: Workers | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: threading.Thread | None = None
         self._workers = workers
@@ -97,52 +122,104 @@ class ToolDispatcher:
         self._lock = threading.Lock()
         self._inflight: set[tuple[ScopeRef, str]] = set()
         self._idle = threading.Condition(self._lock)
-        self._unhandled: dict[tuple[ScopeRef, str], str] = {}
+        self._unhandled: dict[tuple[ScopeRef, str], _Unhandled] = {}
+        self._warned: set[str] = set()  # tool names already logged as having no executor
+        self._closed = False
+        self._closing: concurrent.futures.Future[None] = concurrent.futures.Future()
         self.dispatched = 0
         self.redelivered = 0
         self.failed = 0
 
     @property
     def unhandled(self) -> list[tuple[ScopeRef, str, str]]:
-        """Redelivered requests with no executor registered: (scope, request id, tool), once each."""
+        """Pending requests whose tool has no executor registered: (scope, request id, tool), once each.
+
+        Both new requests and requests redelivered after a restart; an entry
+        leaves the list when its request is dispatched (see :meth:`register`).
+        """
         with self._lock:
-            return [(ref, rid, name) for (ref, rid), name in self._unhandled.items()]
+            return [(ref, rid, u.name) for (ref, rid), u in self._unhandled.items()]
 
     def register(self, name: str, fn: Callable[..., Any], *, timeout: float = 30.0) -> None:
-        """Run ``fn(call: ToolCall)`` (sync or ``async``) for requests to tool ``name``."""
+        """Run ``fn(call: ToolCall)`` (sync or ``async``) for requests to tool ``name``.
+
+        Requests to ``name`` already listed in :attr:`unhandled` are
+        dispatched now, if they are still pending.
+        """
         if not callable(fn):
             raise TypeError("a tool executor must be callable")
         if not timeout > 0:
             raise ValueError("a tool's timeout must be positive")
-        self._tools[name] = _Tool(fn, float(timeout), inspect.iscoroutinefunction(fn))
+        with self._lock:
+            self._tools[name] = _Tool(fn, float(timeout), inspect.iscoroutinefunction(fn))
+            waiting = [(key, u) for key, u in self._unhandled.items() if u.name == name]
+        for (ref, rid), u in waiting:
+            # Read the scope outside our lock (reading may restore it, and a restore dispatches its
+            # pending requests through this dispatcher); a request answered by hand in between is
+            # run once more at worst, and its result refused: a result is applied at most once.
+            if not self._still_pending(ref, rid):
+                with self._lock:
+                    self._unhandled.pop((ref, rid), None)
+                continue
+            self._dispatch(
+                ref, (u.request,), redelivery=u.redelivery, run_id=u.run_id, checked=False, listed=True
+            )
 
     def dispatch(
         self, ref: ScopeRef, requests: tuple[Any, ...], *, redelivery: bool = False, run_id: str | None = None
     ) -> None:
         """Hand committed requests to their executors (called after the commit is published)."""
+        self._dispatch(ref, requests, redelivery=redelivery, run_id=run_id, checked=redelivery)
+
+    def _dispatch(
+        self,
+        ref: ScopeRef,
+        requests: tuple[Any, ...],
+        *,
+        redelivery: bool,
+        run_id: str | None,
+        checked: bool,
+        listed: bool = False,
+    ) -> None:
         hooks = _trace.hooks  # traced: executors run in the committing request's context
-        trace = None if hooks is None else hooks.capture()
+        trace = None if hooks is None else hooks.capture(self._kernel.names)
         for request in requests:
             name = request["tool_name"]
-            tool = self._tools.get(name)
-            if tool is None:
-                if redelivery:
-                    with self._lock:
-                        self._unhandled[(ref, request["request_id"])] = name
-                continue
             key = (ref, request["request_id"])
             with self._lock:
-                self._unhandled.pop(key, None)
-                if key in self._inflight:
-                    continue
-                if redelivery and not self._still_pending(ref, request["request_id"]):
-                    continue  # answered between the caller's read and now: never run it twice
-                self._inflight.add(key)
-                self.dispatched += 1
-                if redelivery:
-                    self.redelivered += 1
+                if self._closed:
+                    return  # the manager is closing: the request stays pending for a reopen
+                tool = self._tools.get(name)
+                if tool is None:
+                    self._unhandled.setdefault(key, _Unhandled(name, request, redelivery, run_id))
+                    warn = name not in self._warned
+                    self._warned.add(name)
+                else:
+                    if self._unhandled.pop(key, None) is None and listed:
+                        continue  # dispatched meanwhile (its scope was restored, or resumed)
+                    if key in self._inflight:
+                        continue
+                    if checked and not self._still_pending(ref, request["request_id"]):
+                        continue  # answered between the caller's read and now: never run it twice
+                    self._inflight.add(key)
+                    self.dispatched += 1
+                    if redelivery:
+                        self.redelivered += 1
+            if tool is None:
+                if warn:
+                    logger.warning(
+                        "tool request %s in %s names tool %r, which has no executor registered: it stays "
+                        "pending and is listed in manager.tools.unhandled (register_tool(%r, fn) runs it); "
+                        "further requests to %r are listed there without this warning",
+                        request["request_id"],
+                        ref,
+                        name,
+                        name,
+                        name,
+                    )
+                continue
             call = ToolCall(request["request_id"], name, thaw(request["arguments"]), ref, redelivery, run_id)
-            self._executor().submit(self._run, tool, call, trace)
+            self._executor().submit(functools.partial(self._run, tool, call, trace))
 
     def _still_pending(self, ref: ScopeRef, request_id: str) -> bool:
         # A result is published before its request leaves _inflight, so under our lock a
@@ -152,15 +229,16 @@ class ToolDispatcher:
         except VictorActorsError:
             return False
 
-    def _executor(self) -> ThreadPoolExecutor:
+    def _executor(self) -> Workers:
         with self._lock:
             if self._pool is None:
-                self._pool = ThreadPoolExecutor(self._workers, thread_name_prefix="victor-actors-tool")
-                self._calls = ThreadPoolExecutor(self._workers, thread_name_prefix="victor-actors-call")
+                self._pool = Workers(self._workers, "victor-actors-tool")
             return self._pool
 
     def _event_loop(self) -> asyncio.AbstractEventLoop:
         with self._lock:
+            if self._closed:
+                raise _Closing()
             if self._loop is None:
                 loop = asyncio.new_event_loop()
                 thread = threading.Thread(
@@ -170,36 +248,82 @@ class ToolDispatcher:
                 self._loop, self._loop_thread = loop, thread
             return self._loop
 
+    def _call_in_thread(self, fn: Callable[..., Any], call: ToolCall) -> concurrent.futures.Future[Any]:
+        """Run a sync executor on a daemon thread of its own; its outcome in the future returned."""
+        future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+
+        def work() -> None:
+            if not future.set_running_or_notify_cancel():
+                return
+            self._here.executor = True
+            try:
+                future.set_result(fn(call))
+            except BaseException as exc:
+                future.set_exception(exc)
+
+        threading.Thread(target=work, name="victor-actors-call", daemon=True).start()
+        return future
+
+    def _outcome(self, tool: _Tool, fn: Callable[..., Any], call: ToolCall) -> tuple[Any, str | None]:
+        """The executor's (result, error); raises :class:`_Closing` if the dispatcher closes first."""
+        future: concurrent.futures.Future[Any]
+        if tool.is_async:
+            future = asyncio.run_coroutine_threadsafe(fn(call), self._event_loop())
+        else:
+            future = self._call_in_thread(fn, call)
+        done, _ = concurrent.futures.wait(
+            (future, self._closing), timeout=tool.timeout, return_when=concurrent.futures.FIRST_COMPLETED
+        )
+        if future not in done:
+            with self._lock:  # close() cancels what is left itself, and then closes the loop
+                if self._closed:
+                    raise _Closing()
+                future.cancel()  # an async executor is cancelled; a thread cannot be, and is left to finish
+            return None, f"TimeoutError: {call.tool_name} did not finish within {tool.timeout} s"
+        if future.cancelled():
+            if self._closing.done():
+                raise _Closing()  # cancelled by close
+            return None, f"CancelledError: {call.tool_name} was cancelled"
+        exc = future.exception()
+        if exc is not None:
+            return None, f"{type(exc).__name__}: {exc}"
+        return future.result(), None
+
     def _run(self, tool: _Tool, call: ToolCall, trace: Carrier | None = None) -> None:
-        result: Any = None
-        error: str | None = None
         started = time.monotonic()
         fn = tool.fn if trace is None else trace.tool(tool.fn, call, tool.is_async)
         apply_result = self._apply_result if trace is None else trace.bind(self._apply_result)
         try:
-            future: Any
-            if tool.is_async:
-                future = asyncio.run_coroutine_threadsafe(fn(call), self._event_loop())
-            else:
-                assert self._calls is not None
-                future = self._calls.submit(self._call, fn, call)
             try:
-                result = future.result(timeout=tool.timeout)
-            except (FutureTimeout, TimeoutError):
-                future.cancel()
-                error = f"TimeoutError: {call.tool_name} did not finish within {tool.timeout} s"
-        except BaseException as exc:
-            error = f"{type(exc).__name__}: {exc}"
-        if error is not None:
+                result, error = self._outcome(tool, fn, call)
+            except _Closing:
+                logger.debug("tool %s (%s) left pending: the manager closed", call.tool_name, call.request_id)
+                return
+            except BaseException as exc:
+                result, error = None, f"{type(exc).__name__}: {exc}"
+            if error is not None:
+                with self._lock:
+                    self.failed += 1
+                logger.info(
+                    "tool %s (%s) failed after %.3f s: %s",
+                    call.tool_name,
+                    call.request_id,
+                    time.monotonic() - started,
+                    error,
+                )
+            self._record(apply_result, call, result, error)
+        finally:
             with self._lock:
-                self.failed += 1
-            logger.info(
-                "tool %s (%s) failed after %.3f s: %s",
-                call.tool_name,
-                call.request_id,
-                time.monotonic() - started,
-                error,
-            )
+                self._inflight.discard((call.scope, call.request_id))
+                self._idle.notify_all()
+
+    def _record(
+        self,
+        apply_result: Callable[[ScopeRef, TransitionBatch], object],
+        call: ToolCall,
+        result: Any,
+        error: str | None,
+    ) -> None:
         # A result for a run that is still going belongs to that run (and goes if it rolls back).
         run = None if call.run_id is None else self._kernel.runs.get(call.run_id)
         tokens = None if not isinstance(run, Run) else (CURRENT_RUN.set(run), RUN_ID.set(run.id))
@@ -215,23 +339,17 @@ class ToolDispatcher:
             if tokens is not None:
                 CURRENT_RUN.reset(tokens[0])
                 RUN_ID.reset(tokens[1])
-            with self._lock:
-                self._inflight.discard((call.scope, call.request_id))
-                self._idle.notify_all()
 
     def running_here(self) -> bool:
         """Whether the calling thread is running one of this dispatcher's executors."""
         return threading.current_thread() is self._loop_thread or getattr(self._here, "executor", False)
 
-    def _call(self, fn: Callable[..., Any], call: ToolCall) -> Any:
-        self._here.executor = True
-        try:
-            return fn(call)
-        finally:
-            self._here.executor = False
-
     def wait_idle(self, timeout: float = 10.0) -> bool:
-        """Wait until no dispatched request is still running; False on timeout."""
+        """Wait until no dispatched request is still running; False on timeout.
+
+        Requests listed in :attr:`unhandled` are not running: they do not
+        keep this waiting.
+        """
         deadline = time.monotonic() + timeout
         with self._lock:
             while self._inflight:
@@ -246,19 +364,50 @@ class ToolDispatcher:
         return await asyncio.to_thread(self.wait_idle, timeout)
 
     def close(self) -> None:
+        """Cancel the tool work in flight and stop the dispatcher's threads; record no result.
+
+        Requests in flight stay pending (a durable store redelivers them after
+        a reopen). Returns within about ``CANCEL_GRACE`` + 1 seconds.
+        """
         with self._lock:
-            pool, calls, loop, thread = self._pool, self._calls, self._loop, self._loop_thread
-            self._pool = self._calls = None
+            if self._closed:
+                return
+            self._closed = True
+            pool, loop, thread = self._pool, self._loop, self._loop_thread
+            self._pool = None
             self._loop = self._loop_thread = None
-        for executor in (pool, calls):
-            if executor is not None:
-                executor.shutdown(wait=False, cancel_futures=True)
-        if loop is not None:
-            loop.call_soon_threadsafe(loop.stop)
-            if thread is not None and thread is not threading.current_thread():
-                thread.join(timeout=2.0)
-                if not thread.is_alive():
-                    loop.close()  # a stopped loop left open warns when it is collected
+        self._closing.set_result(None)  # wakes every _run still waiting for its executor
+        if not self.running_here():
+            end = time.monotonic() + 1.0
+            with self._lock:  # they leave at once, recording nothing
+                while self._inflight and (left := end - time.monotonic()) > 0:
+                    self._idle.wait(left)
+        if pool is not None:
+            pool.close()
+        if loop is None:
+            return
+        asyncio.run_coroutine_threadsafe(_cancel_all_and_stop(), loop)
+        if thread is None or thread is threading.current_thread():
+            return  # close called by an async executor: the loop stops once this task is done
+        thread.join(timeout=CANCEL_GRACE + 1.0)
+        if thread.is_alive() or asyncio.all_tasks(loop):
+            _abandoned.append(loop)  # a task that would not end: never collected, so never reported
+        else:
+            loop.close()  # a stopped loop left open warns when it is collected
+
+
+_abandoned: list[asyncio.AbstractEventLoop] = []
+
+
+async def _cancel_all_and_stop() -> None:
+    """Cancel every other task on this loop, give them CANCEL_GRACE seconds to end, stop the loop."""
+    me = asyncio.current_task()
+    tasks = [t for t in asyncio.all_tasks() if t is not me]
+    for task in tasks:
+        task.cancel()
+    if tasks:
+        await asyncio.wait(tasks, timeout=CANCEL_GRACE)
+    asyncio.get_running_loop().stop()
 
 
 def _storable(value: Any) -> Any:

@@ -16,17 +16,79 @@ no context is captured and no clock is read.
 
 Everything here is typed with ``Any`` where a runtime type would be: this
 module is in the lowest layer and imports nothing of the package.
+
+:class:`Names` is how one manager's scope ids reach the hooks: in the clear,
+or, for a manager on an encrypted store, as keyed hashes (see the class).
+The runtime hands the hooks the manager's names with each call that starts a
+trace (``call``, ``capture``, ``run``) and on each cell (``cell.names``).
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any, Protocol, TypeVar
 
-__all__ = ["Call", "Carrier", "Hooks", "RunTrace", "hooks", "install"]
+__all__ = ["CLEAR", "Call", "Carrier", "Hooks", "Names", "RunTrace", "hooks", "install"]
 
 T = TypeVar("T")
+
+
+class Names:
+    """How one manager's scope ids, and the ids and messages made from them, appear in telemetry.
+
+    In the clear (:data:`CLEAR`) for a manager in memory or on a plain store.
+    For an encrypted store, whose keys hold no scope id, telemetry must not
+    hold one either: a scope is named ``level:~<hash>``, the hash an
+    HMAC-SHA-256 of its id under a key derived from the store's id key, so
+    one scope has one name in every span and across restarts, but the name
+    says nothing without the key. Ids that contain a scope id (run ids, tool
+    request ids, session ids) are hashed the same way, and error texts,
+    which quote ids, are reduced to the error's type.
+    """
+
+    __slots__ = ("_key",)
+
+    def __init__(self, id_key: bytes | None = None) -> None:
+        self._key = (
+            None if id_key is None else hmac.new(id_key, b"victor-actors telemetry v1", "sha256").digest()
+        )
+
+    @property
+    def hidden(self) -> bool:
+        """Whether ids are hashed (the manager's store is encrypted)."""
+        return self._key is not None
+
+    def text(self, value: str) -> str:
+        """An id (a run id, a request id, a session id): itself, or ``~`` and its keyed hash."""
+        if self._key is None:
+            return value
+        return (
+            "~" + hmac.new(self._key, value.encode("utf-8", "surrogatepass"), hashlib.sha256).hexdigest()[:32]
+        )
+
+    def scope(self, ref: Any) -> str:
+        """A scope (a ``ScopeRef``): ``conversation:alice``, or ``conversation:~<hash>``."""
+        if self._key is None:
+            return str(ref)
+        return f"{ref.scope.value}:{self.text(ref.id)}"
+
+    def error(self, text: str) -> str:
+        """An error's or a reason's text (``"ExcType: message"``): as it is, or, hidden, the type alone.
+
+        A text that does not start with an error type's name (a restart escalated from another
+        scope, say) is replaced by ``"(hidden)"``: free text may quote any id.
+        """
+        if self._key is None or text in _SAFE_TEXTS:
+            return text
+        head = text.split(":", 1)[0]
+        return head if head.replace(".", "_").isidentifier() else "(hidden)"
+
+
+CLEAR = Names()
+_SAFE_TEXTS = frozenset({"timed out"})  # the runtime's own reasons that never hold an id
 
 
 class Carrier(Protocol):
@@ -81,15 +143,15 @@ class RunTrace(Protocol):
 class Hooks(Protocol):
     """What the runtime calls while the slot holds an object (see the module's documentation)."""
 
-    def call(self, name: str, ref: Any, request: Any, cross_scope: bool) -> Call:
+    def call(self, name: str, ref: Any, request: Any, cross_scope: bool, names: Names) -> Call:
         """Start the caller's span of ``request`` (an ``ApplyRequest``) to ``ref``; make it current."""
         ...
 
-    def capture(self) -> Carrier:
-        """The current context, to carry to another thread."""
+    def capture(self, names: Names) -> Carrier:
+        """The current context, to carry to another thread (with the names of the manager it is for)."""
         ...
 
-    def run(self, run: Any) -> RunTrace:
+    def run(self, run: Any, names: Names) -> RunTrace:
         """Start the span of ``run`` (a ``Run``) and make it current."""
         ...
 

@@ -202,6 +202,32 @@ class ScopeTree:
         self._grew()
         return cell
 
+    def create_from(self, state: ScopeState, write: Callable[[], None]) -> ScopeCell:
+        """Create the new scope ``state.ref`` holding ``state`` (a fork); ``write()`` stores it first.
+
+        Under the kernel's lock, which guards every scope's creation: the
+        scope must not exist, its ancestors are made resident (any of them
+        may have been evicted meanwhile), ``write()`` makes the scope's first
+        records durable (nothing else can reach a scope that does not exist
+        yet, so this is its only writer), then its cell is registered.
+
+        Raises:
+            ScopeAccessError: the scope exists already, or an ancestor does
+                not; nothing was written.
+        """
+        kernel = self.kernel
+        ref = state.ref
+        with kernel.lock:
+            if kernel.closed:
+                raise RuntimeClosedError("the manager is closed")
+            if self.exists(ref) or ref in self._reserved:
+                raise ScopeAccessError(f"{ref} already exists; nothing was written")
+            self._restore_ancestors(ref, state.lineage)
+            write()
+            cell = self.start(state)
+        self._grew()
+        return cell
+
     def start(self, state: ScopeState, source: str = "new") -> ScopeCell:
         """Register the cell owning ``state`` (its parent is resident). Holds the kernel's lock.
 
@@ -214,6 +240,7 @@ class ScopeTree:
         else:
             ancestors = ()
         cell = ScopeCell(state, ancestors, kernel.durability)
+        cell.names = kernel.names
         cell.source = source
         kernel.register(cell)
         return cell

@@ -11,7 +11,7 @@ outside 64 bits) is rejected here, at the edge, with a
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, NoReturn
 
 from victor_actors._errors import TransitionValidationError
@@ -41,6 +41,10 @@ def check_text(text: str, what: str) -> str | None:
 # into storable primitives. The result is frozen like any other value; the
 # original type is not recorded, so reading it back gives the primitives.
 _CONVERTERS: dict[type, Callable[[Any], Any]] = {}
+
+# Registered message types (``_typed.py`` fills it): how to freeze an instance of each, keeping its
+# class's tag, and how to keep an already tagged value. Looked up by exact class, before mappings.
+_TYPED: dict[type, Callable[[Any, str, int], tuple[Any, int]]] = {}
 
 
 def register_converter(cls: type, to_storable: Callable[[Any], Any]) -> None:
@@ -183,6 +187,10 @@ def _freeze(value: Any, path: str, depth: int) -> tuple[Any, int]:
         return value, value._height
     if depth >= _MAX_DEPTH:
         _reject(path, f"nested deeper than {_MAX_DEPTH} levels (or cyclic)")
+    if _TYPED:
+        typed = _TYPED.get(cls)
+        if typed is not None:
+            return typed(value, path, depth)
     if isinstance(value, Mapping):
         out: dict[str, Any] = {}
         height = 0
@@ -232,9 +240,19 @@ def _freeze(value: Any, path: str, depth: int) -> tuple[Any, int]:
 
 
 def thaw(value: Any) -> Any:
-    """Return a mutable deep copy of a frozen value: dicts and lists."""
+    """Return a plain, mutable deep copy of a value read from state: dicts and lists.
+
+    Reads give frozen values: a stored mapping comes back as a
+    :class:`FrozenDict` (a read-only ``Mapping``, equal to the dict it was
+    made from but not a ``dict``), a list as a tuple, and a snapshot's
+    ``state`` and ``messages`` as read-only views. ``thaw`` turns any of
+    them (and anything nested in them) into ``dict`` and ``list``; other
+    values (str, bytes, numbers, None) are returned as they are.
+    """
     if isinstance(value, Mapping):
         return {key: thaw(item) for key, item in value.items()}
-    if isinstance(value, tuple):
+    if isinstance(value, (tuple, list)) or (
+        isinstance(value, Sequence) and not isinstance(value, (str, bytes, bytearray, memoryview))
+    ):
         return [thaw(item) for item in value]
     return value

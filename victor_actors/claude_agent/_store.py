@@ -54,7 +54,8 @@ from victor_actors._agentsdk import (
 )
 from victor_actors._errors import TransitionValidationError
 from victor_actors._model import ScopeRef, StateScope, TransitionBatch
-from victor_actors._state import ContextSnapshot, MapView
+from victor_actors._snapshot import ContextSnapshot
+from victor_actors._state import MapView
 from victor_actors._values import freeze, thaw
 
 __all__ = ["VictorActorsSessionStore"]

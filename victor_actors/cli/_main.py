@@ -8,6 +8,7 @@ their own stores); every other command opens ``PATH`` with
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 from collections.abc import Callable
@@ -66,15 +67,36 @@ def keyring_of(args: argparse.Namespace) -> Keyring | None:
 
 
 def _rekey(args: argparse.Namespace) -> int:
+    new = Keyring.from_file(args.key_file)
+    old = Keyring.from_file(args.old_key_file) if args.old_key_file else None
+    dropped = _Dropped()
+    logger = logging.getLogger("victor_actors")
+    if args.drop_damaged:
+        logger.addHandler(dropped)
     try:
-        new = Keyring.from_file(args.key_file)
-        old = Keyring.from_file(args.old_key_file) if args.old_key_file else None
-        written = rekey(args.path, new, old)
-    except (VictorActorsError, OSError) as exc:
-        views.err(exc)
-        return 2
-    print(f"rekeyed {args.path}: {written} records under key {new.active!r}; the old key is no longer needed")
+        written = rekey(args.path, new, old, drop_damaged=args.drop_damaged)
+    finally:
+        logger.removeHandler(dropped)
+    for line in dropped.lines:
+        print(f"{PROG}: warning: {line}", file=sys.stderr)
+    left_out = f"; {len(dropped.lines)} damaged record(s) left out (listed above)" if dropped.lines else ""
+    print(
+        f"rekeyed {args.path}: {written} records under key {new.active!r}{left_out}; "
+        "the old key is no longer needed"
+    )
     return 0
+
+
+class _Dropped(logging.Handler):
+    """Collects what ``rekey --drop-damaged`` left out (the rewrite logs each record)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.getMessage().startswith("rewrite: "):
+            self.lines.append(record.getMessage())
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -151,7 +173,18 @@ def _parser() -> argparse.ArgumentParser:
     rekey.add_argument(
         "--old-key-file",
         metavar="OLD",
-        help="the key file the store is encrypted with now (none: it is plaintext)",
+        help=(
+            "the key file the store is encrypted with now (none: it is plaintext); records it does not "
+            "open are tried with NEW (sealed after the first step of a rotation)"
+        ),
+    )
+    rekey.add_argument(
+        "--drop-damaged",
+        action="store_true",
+        help=(
+            "leave out records that open with neither key file (each is listed) instead of refusing; "
+            "without it, any such record refuses the rewrite and the store is left as it was"
+        ),
     )
     sim.add_parser(sub)
     web.add_parser(sub)
@@ -161,22 +194,33 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the command line; return the exit status (0; 2 on any error; 1 when stdout closes early)."""
+    """Run the command line; return the exit status (0; 2 on any error; 1 when stdout closes early).
+
+    Every error of the runtime (a :class:`VictorActorsError`), of the file
+    system or of LMDB is one line on stderr and exit status 2, whatever the
+    command; never a traceback.
+    """
     try:
         args = _parser().parse_args(argv)
     except SystemExit as exc:  # --help, --version, usage errors
         return exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 2
+    try:
+        return _run(args)
+    except BrokenPipeError:  # the reader went away (``| head``): stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+    except (VictorActorsError, OSError, lmdb.Error) as exc:
+        views.err(exc)
+        return 2
+
+
+def _run(args: argparse.Namespace) -> int:
     if args.command == "simulate":  # writes its own store: not a read-only view
         return sim.run_command(args)
     if args.command == "bench":  # runs the benchmarks: not a view of a store
         return bench.run_command(args)
     if args.command == "serve":  # serves a read-only view until stopped
-        try:
-            keyring = keyring_of(args)
-        except VictorActorsError as exc:
-            views.err(exc)
-            return 2
-        return web.run_command(args, encryption=keyring)
+        return web.run_command(args, encryption=keyring_of(args))
     if args.command == "rekey":
         return _rekey(args)
     if args.command in ("owner", "ping"):  # owns a store and serves it; asks an owner
@@ -189,14 +233,7 @@ def main(argv: list[str] | None = None) -> int:
             views.err(exc)
             return 2
     run: Command = args.run
-    try:
-        with GlobalStateManager.open(args.path, read_only=True, encryption=keyring_of(args)) as manager:
-            store = manager.store
-            assert store is not None
-            return run(manager, store, args)
-    except BrokenPipeError:  # the reader went away (``| head``): stop quietly
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 1
-    except (VictorActorsError, OSError, lmdb.Error) as exc:
-        views.err(exc)
-        return 2
+    with GlobalStateManager.open(args.path, read_only=True, encryption=keyring_of(args)) as manager:
+        store = manager.store
+        assert store is not None
+        return run(manager, store, args)

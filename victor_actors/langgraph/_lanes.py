@@ -23,8 +23,20 @@ Why it is safe:
   handed the lead; one handed the lead when cancelled leads in a worker
   thread, so the lane never stalls.
 
+- A whole-namespace job (``kind == WHOLE``: a delete, a prune) runs alone,
+  in a round of its own, between the rounds before and after it: a write
+  queued before it is committed before it starts, one queued after it
+  waits until it is done. So every write of a namespace and every
+  whole-thread operation on it are in one order. It is led by its own
+  (blocking) caller, never by another leader: the lead reaches it the way it
+  reaches any waiting job, as the first one waiting, and no asyncio
+  leader's cancellation can cut it short.
+
+Lanes are per manager, not per saver (:class:`Lanes`): two savers on one
+manager write a namespace through one lane, so a namespace has one leader.
+
 Nothing here knows LangGraph: jobs are functions from a view of the state to
-transitions.
+transitions, or (whole-namespace jobs) functions of nothing.
 """
 
 from __future__ import annotations
@@ -32,14 +44,16 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, ClassVar
 
 from victor_actors import StateTransition, TransitionType
 
-__all__ = ["Job", "Lane", "View"]
+__all__ = ["WHOLE", "Job", "Lane", "Lanes", "View"]
 
 PENDING, DONE, LEAD, ABANDONED = range(4)
+WHOLE = "whole"  # the kind of a job that runs alone (see Lane.take)
 _GONE = object()
 
 
@@ -89,14 +103,24 @@ def _resolve(future: asyncio.Future[None]) -> None:
 
 
 class Job:
-    """One write waiting in a lane: what it targets, how to build it, and how its caller waits."""
+    """One write waiting in a lane: what it targets, how to build it, and how its caller waits.
 
-    __slots__ = ("_event", "_future", "_loop", "build", "cid", "error", "kind", "state")
+    A ``WHOLE`` job has no ``build``: its leader calls ``run()``, alone.
+    """
 
-    def __init__(self, kind: str, cid: str, build: Callable[[View], list[StateTransition] | None]) -> None:
-        self.kind = kind  # "put" or "writes"
+    __slots__ = ("_event", "_future", "_loop", "build", "cid", "error", "kind", "run", "state")
+
+    def __init__(
+        self,
+        kind: str,
+        cid: str,
+        build: Callable[[View], list[StateTransition] | None] | None = None,
+        run: Callable[[], None] | None = None,
+    ) -> None:
+        self.kind = kind  # "put", "writes", "copy" or WHOLE
         self.cid = cid
         self.build = build
+        self.run = run
         self.error: BaseException | None = None
         self.state = PENDING
         self._event: threading.Event | None = None
@@ -179,29 +203,53 @@ class Lane:
                     return
                 self.arrived.wait(left)
 
-    def take(self) -> list[Job]:
-        """Every queued job, for the leader's round."""
+    def take(self, mine: Job | None = None, *, more: bool = False) -> list[Job]:
+        """The jobs of the leader's next round, in queue order.
+
+        A ``WHOLE`` job at the head of the queue is a round alone, led by its
+        own caller (``mine``): another leader takes nothing then, and passes
+        the lead on (``hand_off`` gives it to that job, the first waiting).
+        Otherwise the round takes every job before the first ``WHOLE`` one.
+        ``more``: jobs to add to a round already taken (never a ``WHOLE`` one).
+        """
         with self.lock:
-            jobs, self.queue = self.queue, []
+            queue = self.queue
+            if queue and queue[0].kind == WHOLE:
+                if more or queue[0] is not mine:
+                    return []
+                jobs, self.queue = queue[:1], queue[1:]
+                return jobs
+            cut = next((i for i, job in enumerate(queue) if job.kind == WHOLE), len(queue))
+            jobs, self.queue = queue[:cut], queue[cut:]
             return jobs
 
     def finish(self, jobs: Iterable[Job], leader: Job | None) -> None:
-        """Answer the jobs of a finished round (their ``error`` is set or None)."""
+        """Answer the jobs of a finished round (their ``error`` is set or None).
+
+        ``leader`` is the leading caller's own job: done if it was in the round.
+        """
         with self.lock:
             for job in jobs:
-                if job is not leader and job.state in (PENDING, ABANDONED):
+                if job is leader:
+                    job.state = DONE
+                elif job.state in (PENDING, ABANDONED):
                     job.state = DONE
                     job._wake()
-        if leader is not None:
-            leader.state = DONE
 
     def hand_off(self) -> bool:
         """After a round: pass the lead to the first waiting job; True if the caller must lead again.
 
-        True only when every queued job was abandoned by its (cancelled) caller.
+        True when the leader's own job is still queued (a round stops before a
+        ``WHOLE`` job, so it may not have been in this one), or when every
+        queued job was abandoned by its (cancelled) caller. A leader's own job
+        is never behind a waiting one (it found the lane idle, or was handed
+        the lead as the first waiting job), so the first job found in the
+        queue that leads or waits is the one that leads next.
         """
         with self.lock:
             for job in self.queue:
+                if job.state == LEAD:
+                    return True
                 if job.state == PENDING:
                     job.state = LEAD
                     job._wake()
@@ -210,3 +258,38 @@ class Lane:
                 return True
             self.busy = False
             return False
+
+
+class Lanes:
+    """The lanes of one manager, by (thread, namespace): every saver on the manager shares them.
+
+    ``Lanes.of(manager)`` is the manager's table, made on first use and
+    dropped with the manager (a weak map).
+    """
+
+    _tables: ClassVar[weakref.WeakKeyDictionary[Any, Lanes]] = weakref.WeakKeyDictionary()
+    _tables_lock: ClassVar[threading.Lock] = threading.Lock()
+
+    def __init__(self) -> None:
+        self._lanes: dict[tuple[str, str], Lane] = {}
+        self._lock = threading.Lock()
+
+    @classmethod
+    def of(cls, owner: Any) -> Lanes:
+        """The table of ``owner`` (a manager: anything that can be weakly referenced)."""
+        with cls._tables_lock:
+            table = cls._tables.get(owner)
+            if table is None:
+                table = cls._tables[owner] = cls()
+            return table
+
+    def get(self, key: tuple[str, str]) -> Lane | None:
+        return self._lanes.get(key)
+
+    def lane(self, key: tuple[str, str]) -> Lane:
+        """The lane of ``key`` (thread, namespace), made on first use."""
+        lane = self._lanes.get(key)
+        if lane is None:
+            with self._lock:
+                lane = self._lanes.setdefault(key, Lane())
+        return lane

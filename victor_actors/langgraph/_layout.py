@@ -42,13 +42,22 @@ from typing import Any
 
 import ormsgpack  # type: ignore[import-not-found, unused-ignore]
 
-from victor_actors import CheckpointCorruptError, StateTransition, TransitionType
+from victor_actors import (
+    CheckpointCorruptError,
+    ScopeRef,
+    StateScope,
+    StateTransition,
+    TransitionType,
+    TransitionValidationError,
+)
 
 __all__ = [
     "COMPACTED",
     "LATEST",
     "NS_PREFIX",
     "blob_key",
+    "check_names",
+    "check_text",
     "checkpoint_ids",
     "conv_id",
     "delete",
@@ -74,6 +83,9 @@ COMPACTED = "compacted"  # a segment's bookkeeping counter (see Segments.compact
 NS_PREFIX = "ns/"
 TEAM_PREFIX = "lg:"
 SEGMENT_PREFIX = "lgs:"
+# The largest segment index a namespace's ids are checked for when it is first written: a chain
+# that long (about 2 * 10**11 graph steps at the smallest segment_keys) is never reached.
+RESERVED_INDEX = 10**12 - 1
 _UNESCAPE = re.compile(r"%(25|2F|3A)")
 _UNESCAPED = {"25": "%", "2F": "/", "3A": ":"}
 
@@ -87,6 +99,46 @@ def _esc(text: str) -> str:
 
 def _unesc(text: str) -> str:
     return _UNESCAPE.sub(lambda m: _UNESCAPED[m.group(1)], text) if "%" in text else text
+
+
+def check_text(text: str, what: str, field: str) -> str:
+    """``text`` if UTF-8 can encode it (the store keeps ids and records as UTF-8).
+
+    Raises:
+        TransitionValidationError: a lone surrogate; names ``what`` and where.
+    """
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        bad = exc.object[exc.start : exc.end]
+        raise TransitionValidationError(
+            f"{what} holds {bad!r} at index {exc.start}, which UTF-8 cannot encode; "
+            "nothing was read or written",
+            field=field,
+        ) from None
+    return text
+
+
+def check_names(thread_id: str, namespace: str) -> None:
+    """Refuse a thread id and namespace whose scopes could not all be created, before any is listed.
+
+    The namespace's longest id is that of a segment far beyond any chain a
+    graph reaches (:data:`RESERVED_INDEX`): a name that fits now and not at a
+    later roll-over is refused now, not after a hundred steps.
+
+    Raises:
+        TransitionValidationError: a lone surrogate, or ids longer than a scope id may be.
+    """
+    check_text(thread_id, "the thread id", "thread_id")
+    check_text(namespace, "the checkpoint namespace", "checkpoint_ns")
+    try:
+        ScopeRef(StateScope.CONVERSATION, segment_id(thread_id, namespace, RESERVED_INDEX))
+    except TransitionValidationError as exc:
+        raise TransitionValidationError(
+            f"the thread id and checkpoint namespace are too long to name the namespace's scopes ({exc}); "
+            "the namespace was not listed and nothing was written",
+            field="checkpoint_ns",
+        ) from None
 
 
 def team_id(thread_id: str) -> str:
@@ -134,8 +186,17 @@ def write_key(checkpoint_id: str, task_id: str) -> str:
 
 
 def pack(record: Mapping[str, Any]) -> bytes:
-    """A record (``c/`` or ``w/``) as the one bytes value the saver stores."""
-    return bytes(ormsgpack.packb(record))
+    """A record (``c/`` or ``w/``) as the one bytes value the saver stores.
+
+    Raises:
+        TransitionValidationError: a field msgpack cannot encode (text UTF-8 cannot encode).
+    """
+    try:
+        return bytes(ormsgpack.packb(record))
+    except (TypeError, ValueError) as exc:  # ormsgpack.MsgpackEncodeError is a TypeError
+        raise TransitionValidationError(
+            f"a LangGraph checkpoint record cannot be encoded ({exc}); nothing was written"
+        ) from None
 
 
 def record_of(value: Any) -> Mapping[str, Any]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import logging
 import os
 import random
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
@@ -31,6 +32,8 @@ from victor_actors import (
     ScopeRef,
     StateScope,
     StateTransition,
+    TransitionValidationError,
+    VictorActorsError,
 )
 from victor_actors.langgraph import _layout as L
 from victor_actors.langgraph._lanes import Job, View
@@ -41,6 +44,8 @@ from victor_actors.lowlevel import MapView, StepGen, adrive, drive
 
 __all__ = ["VictorActorsSaver"]
 
+logger = logging.getLogger("victor_actors")
+
 EMPTY = L.typed("empty", b"")  # a channel announced without a value
 # Keys a segment holds before the next new checkpoint opens the next one (about 100 graph steps).
 SEGMENT_KEYS = 512
@@ -50,10 +55,21 @@ Target = tuple[str, str, "builtins.list[ScopeHandle]", "str | None"]
 
 
 def _conf(config: RunnableConfig) -> tuple[str, str, str | None]:
+    """(thread id, namespace, checkpoint id) of a config, each text UTF-8 can encode.
+
+    Raises:
+        ValueError: no ``thread_id``.
+        TransitionValidationError: a lone surrogate in one of them; nothing was read or written.
+    """
     conf = config.get("configurable") or {}
     if conf.get("thread_id") is None:
         raise ValueError("a LangGraph checkpoint config needs configurable.thread_id")
-    return str(conf["thread_id"]), str(conf.get("checkpoint_ns") or ""), conf.get("checkpoint_id") or None
+    thread = L.check_text(str(conf["thread_id"]), "the thread id", "thread_id")
+    ns = L.check_text(str(conf.get("checkpoint_ns") or ""), "the checkpoint namespace", "checkpoint_ns")
+    cid = conf.get("checkpoint_id") or None
+    if cid is not None:
+        cid = L.check_text(str(cid), "the checkpoint id", "checkpoint_id")
+    return thread, ns, cid
 
 
 def _config(thread_id: str, ns: str, checkpoint_id: str) -> RunnableConfig:
@@ -76,10 +92,20 @@ class VictorActorsSaver(BaseCheckpointSaver[str]):  # type: ignore[misc, unused-
     One ``put`` stores the checkpoint record and the channel values it
     introduces, written once per channel version (per segment) and shared
     by every later checkpoint that keeps that version; one ``put_writes``
-    stores a task's writes. Writes of one namespace queue in its lane: the
-    first caller leads and commits everything queued as one commit (a
-    graph step's overlapping ``put_writes`` and ``put`` share it), so they
-    never conflict with each other and none is lost.
+    stores a task's writes. Writes of one namespace queue in its lane (one
+    per namespace for every saver on the manager): the first caller leads
+    and commits everything queued as one commit (a graph step's overlapping
+    ``put_writes`` and ``put`` share it), so they never conflict with each
+    other and none is lost. Whole-thread operations (``delete_thread``,
+    ``prune``, ``delete_for_runs``) run in each namespace's lane, alone, and
+    compact through the segments' actors (``manager.compact``): no record is
+    written beside a scope's owner (docs/adr/0022).
+
+    Thread ids, namespaces, checkpoint and task ids, ``run_id`` and values
+    are checked before anything is written: text UTF-8 cannot encode, a
+    namespace too long for its segments' scope ids, or a value the
+    serializer cannot store raise ``TransitionValidationError`` (a
+    ``ValueError``); a type outside the allowlist ``DisallowedTypeError``.
 
     Values are serialized by ``serde`` (default: :class:`StrictSerializer`,
     LangGraph's msgpack format with a strict allowlist; ``allowed_types``
@@ -174,13 +200,35 @@ class VictorActorsSaver(BaseCheckpointSaver[str]):  # type: ignore[misc, unused-
 
     # -- namespaces and threads ------------------------------------------------------
 
-    def _namespaces(self, thread_id: str) -> builtins.list[str]:
+    def _listed(self, thread_id: str) -> builtins.list[str]:
+        """Every namespace the thread's team lists, openable or not."""
         try:
             team = self.manager.scope(ScopeRef(StateScope.TEAM, L.team_id(thread_id)))
-        except ScopeAccessError:
+        except (ScopeAccessError, TransitionValidationError):
             return []
         prefix = L.NS_PREFIX
         return sorted(key[len(prefix) :] for key in team.snapshot().state if key.startswith(prefix))
+
+    def _namespaces(self, thread_id: str) -> builtins.list[str]:
+        """The namespaces of a thread that can hold checkpoints.
+
+        A namespace an older saver listed before finding its scope id too long
+        (or not storable) never got a scope, so it holds nothing: it is skipped,
+        with a warning, so that it cannot break reads and deletes of the
+        thread (``delete_thread`` also unlists it).
+        """
+        out = []
+        for ns in self._listed(thread_id):
+            if self._segments.openable(thread_id, ns):
+                out.append(ns)
+            else:
+                logger.warning(
+                    "LangGraph thread %r lists namespace %r, whose scope id cannot exist: skipped (it holds "
+                    "nothing)",
+                    thread_id[:60],
+                    ns[:60],
+                )
+        return out
 
     def _threads(self) -> builtins.list[str]:
         return self._segments.threads()
@@ -213,12 +261,15 @@ class VictorActorsSaver(BaseCheckpointSaver[str]):  # type: ignore[misc, unused-
     ) -> StepGen[RunnableConfig]:
         """:meth:`put` and :meth:`aput`, once."""
         thread_id, ns, parent = _conf(config)
-        cid = checkpoint["id"]
+        L.check_names(thread_id, ns)  # before the namespace is listed in its thread
+        cid = L.check_text(str(checkpoint["id"]), "the checkpoint id", "checkpoint_id")
         rest = cast(dict[str, Any], dict(checkpoint))
         values: dict[str, Any] = rest.pop("channel_values", None) or {}
         versions: dict[str, Any] = dict(rest.pop("channel_versions", None) or {})
         merged = cast(dict[str, Any], get_checkpoint_metadata(config, metadata))
         run_id = merged.get("run_id")
+        if isinstance(run_id, str):
+            run_id = L.check_text(str.__str__(run_id), "metadata run_id", "run_id")
         transitions = [
             L.update(L.blob_key(ch, ver), L.typed(*self._dumps(values[ch])) if ch in values else EMPTY)
             for ch, ver in new_versions.items()
@@ -280,8 +331,12 @@ class VictorActorsSaver(BaseCheckpointSaver[str]):  # type: ignore[misc, unused-
         thread_id, ns, cid = _conf(config)
         if cid is None:
             raise ValueError("put_writes needs configurable.checkpoint_id")
+        L.check_names(thread_id, ns)
+        task_id = L.check_text(str(task_id), "the task id", "task_id")
+        task_path = L.check_text(str(task_path), "the task path", "task_path")
         entries = []
         for idx, (channel, value) in enumerate(writes):
+            channel = L.check_text(str(channel), "a write's channel", "channel")
             type_, data = self._dumps(value)
             entries.append((WRITES_IDX_MAP.get(channel, idx), channel, type_, data))
         key, tasks_key = L.write_key(cid, task_id), L.write_tasks_key(cid)
@@ -429,35 +484,48 @@ class VictorActorsSaver(BaseCheckpointSaver[str]):  # type: ignore[misc, unused-
     ) -> None:
         """For each namespace: ``plan`` (segment states, newest first) gives each segment's batch.
 
-        Each segment that changed is committed, then compacted, so what was
-        deleted leaves the store too.
+        Runs in the namespace's lane, alone: a write of the namespace (from
+        any saver on the manager) queued before it is committed before it
+        reads anything, one queued after it waits until it returns. Each
+        segment that changed is committed, then compacted (through the
+        segment's actor), so what was deleted leaves the store too.
         """
         for ns in self._namespaces(thread_id):
-            segments = list(self._segments.newest_first(thread_id, ns))
-            if not segments:
-                continue
-            for i, handle in enumerate(segments):
 
-                def build(
-                    snap: ContextSnapshot, i: int = i, segments: builtins.list[ScopeHandle] = segments
-                ) -> builtins.list[StateTransition]:
-                    states = [snap.state if j == i else h.snapshot().state for j, h in enumerate(segments)]
-                    return plan(states)[i]
+            def run(ns: str = ns) -> None:
+                segments = list(self._segments.newest_first(thread_id, ns))
+                for i, handle in enumerate(segments):
 
-                before = handle.version
-                drive(self._writer.commit(handle, build))
-                if handle.version != before:
-                    self._segments.compact(handle)
-            self._writer.forget(thread_id, ns)
+                    def build(
+                        s: ContextSnapshot, i: int = i, segments: builtins.list[ScopeHandle] = segments
+                    ) -> builtins.list[StateTransition]:
+                        states = [s.state if j == i else h.snapshot().state for j, h in enumerate(segments)]
+                        return plan(states)[i]
+
+                    before = handle.version
+                    drive(self._writer.commit(handle, build))
+                    if handle.version != before:
+                        self._segments.compact(handle)
+
+            self._writer.whole(thread_id, ns, run)
 
     def delete_thread(self, thread_id: str) -> None:
         """Delete every checkpoint, value and pending write of a thread, in all its namespaces.
 
         Each segment of each namespace is emptied in one commit, and its
         history is dropped from the store. The (now empty) scopes stay, as
-        runtime scopes do.
+        runtime scopes do. A namespace listed by an older saver whose scope
+        could never be created (its id too long) is unlisted.
+
+        Raises:
+            TransitionValidationError: a thread id UTF-8 cannot encode; nothing was deleted.
         """
-        self._rewrite(str(thread_id), lambda states: [L.empty(s) for s in states])
+        thread = L.check_text(str(thread_id), "the thread id", "thread_id")
+        self._rewrite(thread, lambda states: [L.empty(s) for s in states])
+        dead = [ns for ns in self._listed(thread) if not self._segments.openable(thread, ns)]
+        if dead:
+            team = self.manager.get_team_state(L.team_id(thread))
+            team.apply([L.delete(L.NS_PREFIX + ns) for ns in dead], timeout=self.timeout)
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
         """Delete the checkpoints (with their writes) whose metadata names one of ``run_ids``.
@@ -495,8 +563,12 @@ class VictorActorsSaver(BaseCheckpointSaver[str]):  # type: ignore[misc, unused-
         One commit per source segment, into the target namespace's newest
         segment; a checkpoint the target already has is replaced.
         """
-        source, target = str(source_thread_id), str(target_thread_id)
-        for ns in self._namespaces(source):
+        source = L.check_text(str(source_thread_id), "the thread id", "thread_id")
+        target = L.check_text(str(target_thread_id), "the thread id", "thread_id")
+        namespaces = self._namespaces(source)
+        for ns in namespaces:  # every target name checked before anything is copied
+            L.check_names(target, ns)
+        for ns in namespaces:
             for handle in reversed(list(self._segments.newest_first(source, ns))):
                 items = {k: v for k, v in handle.snapshot().state.items() if k != L.COMPACTED}
                 if not items:
@@ -520,11 +592,12 @@ class VictorActorsSaver(BaseCheckpointSaver[str]):  # type: ignore[misc, unused-
             latest = latest_of(states)
             return [L.keep_only(s, latest, keep_latest_key=i == 0) for i, s in enumerate(states)]
 
-        for thread_id in thread_ids:
+        threads = [L.check_text(str(t), "the thread id", "thread_id") for t in thread_ids]
+        for thread_id in threads:
             if strategy == "delete":
                 self.delete_thread(thread_id)
             else:
-                self._rewrite(str(thread_id), plan)
+                self._rewrite(thread_id, plan)
 
     async def adelete_thread(self, thread_id: str) -> None:
         await asyncio.to_thread(self.delete_thread, thread_id)
@@ -541,7 +614,21 @@ class VictorActorsSaver(BaseCheckpointSaver[str]):  # type: ignore[misc, unused-
     # -- serialization -----------------------------------------------------------
 
     def _dumps(self, obj: Any) -> tuple[str, bytes]:
-        type_, data = self.serde.dumps_typed(obj)
+        """``obj`` serialized, or a typed error: nothing is written for a value that cannot be stored.
+
+        Raises:
+            DisallowedTypeError: a type outside the allowlist, or pickle.
+            TransitionValidationError: anything else the serializer refuses (a
+                type msgpack cannot hold, text UTF-8 cannot encode).
+        """
+        try:
+            type_, data = self.serde.dumps_typed(obj)
+        except VictorActorsError:
+            raise
+        except (TypeError, ValueError) as exc:
+            raise TransitionValidationError(
+                f"the serializer cannot store a {type(obj).__name__} ({exc}); nothing was written"
+            ) from exc
         if type_ == "pickle":
             raise DisallowedTypeError(
                 "refusing to store a pickled value; nothing was written", type_name=type_

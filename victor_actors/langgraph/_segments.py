@@ -18,7 +18,14 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 
-from victor_actors import GlobalStateManager, ScopeAccessError, ScopeHandle, ScopeRef, StateScope
+from victor_actors import (
+    GlobalStateManager,
+    ScopeAccessError,
+    ScopeHandle,
+    ScopeRef,
+    StateScope,
+    TransitionValidationError,
+)
 from victor_actors.langgraph import _layout as L
 
 __all__ = ["Segments"]
@@ -43,7 +50,7 @@ class Segments:
         if handle is None:
             try:
                 handle = self.manager.scope(ScopeRef(level, ident))
-            except ScopeAccessError:
+            except (ScopeAccessError, TransitionValidationError):  # none, or an id no scope can have
                 return None
             self._handles[ident] = handle
         return handle
@@ -51,6 +58,15 @@ class Segments:
     def lookup(self, thread_id: str, ns: str, index: int = 0) -> ScopeHandle | None:
         """Segment ``index`` of the namespace, or None if it was never created. Creates nothing."""
         return self._find(StateScope.CONVERSATION, L.segment_id(thread_id, ns, index))
+
+    @staticmethod
+    def openable(thread_id: str, ns: str) -> bool:
+        """Whether the namespace's segment 0 can exist (an older saver listed some that cannot)."""
+        try:
+            ScopeRef(StateScope.CONVERSATION, L.segment_id(thread_id, ns, 0))
+        except TransitionValidationError:
+            return False
+        return True
 
     def count(self, thread_id: str, ns: str) -> int:
         """How many segments the namespace has (1 for one never written)."""
@@ -83,6 +99,7 @@ class Segments:
         ident = L.conv_id(thread_id, ns)
         if key in self._registered:
             return self._handles[ident]
+        L.check_names(thread_id, ns)  # a name refused is never listed
         with self._open_lock:
             team = self.manager.get_team_state(L.team_id(thread_id))
             self._handles[team.ref.id] = team
@@ -129,23 +146,16 @@ class Segments:
         For a frozen segment (it is not written again), for a namespace
         emptied by a delete, and after a prune. The runtime keeps a scope's
         log back to its oldest retained checkpoint, so without this deleted
-        values would stay on disk. A checkpoint of the current state, written
-        again with retention 1, drops every older log record and checkpoint
-        in the transaction that writes it. Retention only acts when the scope
-        holds more checkpoints than it keeps, so one is saved first, then a
-        one-key commit (``compacted``, a counter) makes the state the second.
+        values would stay on disk. ``manager.compact`` does it through the
+        scope's actor, in order with the scope's commits (a write that lands
+        in the segment meanwhile is before or after it, never lost), and
+        leaves the runtime's own incremental checkpoints building on it: the
+        saver writes no record of its own (docs/adr/0022).
         """
         store = self.manager.store
         if store is None or store.read_only:
             return
-        self.manager.save_checkpoint(handle.ref, label="langgraph: compacted")
-        count = handle.snapshot().state.get(L.COMPACTED, 0)
-        count = count + 1 if count.__class__ is int else 1
-        handle.apply([L.update(L.COMPACTED, count)], timeout=self.timeout)
-        saved = self.manager.save_checkpoint(handle.ref, label="langgraph: compacted")
-        version = int(saved.rpartition("@")[2])  # the id is "<scope>@<version>"
-        record = store.checkpoint(handle.ref, version)
-        store.submit([store.op_put_checkpoint(handle.ref, record, 1)], wait=True)
+        self.manager.compact(handle.ref, label="langgraph: compacted")
 
     def threads(self) -> list[str]:
         """Every LangGraph thread id: the team scopes ``lg:...``, read a page at a time by prefix."""

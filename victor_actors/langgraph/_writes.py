@@ -19,7 +19,7 @@ from typing import Any
 
 from victor_actors import ContextSnapshot, ScopeHandle, StateTransition, VersionConflictError
 from victor_actors.langgraph import _layout as L
-from victor_actors.langgraph._lanes import Job, Lane, View
+from victor_actors.langgraph._lanes import WHOLE, Job, Lane, Lanes, View
 from victor_actors.langgraph._segments import Segments
 from victor_actors.lowlevel import MapView, Step, StepGen, drive
 
@@ -64,22 +64,20 @@ class Writer:
         self.segment_keys = segment_keys
         self.writes_linger = linger
         self.timeout = timeout
-        self.lanes: dict[tuple[str, str], Lane] = {}
-        self._lanes_lock = threading.Lock()
-
-    def forget(self, thread_id: str, ns: str) -> None:
-        """The namespace's chain changed outside its lane: its next leader reads it again."""
-        lane = self.lanes.get((thread_id, ns))
-        if lane is not None:
-            lane.segments = None
+        # one lane per namespace for every saver on the manager: one leader per namespace
+        self.lanes = Lanes.of(segments.manager)
 
     def _lane(self, thread_id: str, ns: str) -> Lane:
-        key = (thread_id, ns)
-        lane = self.lanes.get(key)
-        if lane is None:
-            with self._lanes_lock:
-                lane = self.lanes.setdefault(key, Lane())
-        return lane
+        return self.lanes.lane((thread_id, ns))
+
+    def whole(self, thread_id: str, ns: str, run: Callable[[], None]) -> None:
+        """Run ``run()`` in the namespace's lane, alone: after every write queued before it, before any after.
+
+        For the whole-thread operations (delete, prune): no write of the
+        namespace, from any saver on the manager, runs beside them. Blocking:
+        ``run`` runs on this thread, once the lane hands it the lead.
+        """
+        drive(self.enqueue(thread_id, ns, Job(WHOLE, "", run=run)))
 
     @staticmethod
     def _enter(lane: Lane, job: Job, _thread_id: str, _ns: str) -> bool:
@@ -107,12 +105,17 @@ class Writer:
     def _lead(self, lane: Lane, thread_id: str, ns: str, mine: Job | None) -> StepGen[None]:
         """Run rounds until the lane passes the lead to a waiting caller or goes idle."""
         while True:
-            jobs = lane.take()
+            jobs = lane.take(mine)
             try:
-                if jobs and self.writes_linger and all(job.kind == "writes" for job in jobs):
-                    yield Step(lane.linger, _in_thread(lane.linger), self.writes_linger)
-                    jobs += lane.take()
-                if jobs:
+                if jobs and jobs[0].kind == WHOLE:  # ours, alone: run on this (blocking) caller's thread
+                    run = jobs[0].run
+                    assert run is not None
+                    run()
+                    lane.segments = None  # the next round reads the chain again
+                elif jobs:
+                    if self.writes_linger and all(job.kind == "writes" for job in jobs):
+                        yield Step(lane.linger, _in_thread(lane.linger), self.writes_linger)
+                        jobs += lane.take(more=True)
                     yield from self._round(lane, thread_id, ns, jobs)
             except BaseException as exc:  # a bug or an interrupt: every job of the round hears of it
                 for job in jobs:
@@ -120,7 +123,6 @@ class Writer:
                         job.error = exc
             finally:
                 lane.finish(jobs, mine)
-            mine = None
             if not lane.hand_off():
                 return
 
@@ -187,6 +189,7 @@ class Writer:
                 view = View(snap.state, active=active, fallback_latest=latest)
                 out: builtins.list[StateTransition] = []
                 for job in which:
+                    assert job.build is not None
                     transitions = job.build(view)
                     if transitions:
                         view.note(transitions)

@@ -14,6 +14,10 @@ How a trace follows a request across threads:
 
 Attaching and detaching always happen in pairs on one thread (or in one
 task), so a context never leaks into whatever the thread does next.
+
+Every scope id, and every id or error text that may quote one, goes through
+the manager's :class:`~victor_actors._trace.Names`: in the clear, or hashed
+for a manager whose store is encrypted (see ``docs/security.md``).
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from victor_actors._messages import ApplyRequest, PrepareRequest
 from victor_actors._model import StateTransition
 from victor_actors._state import StateChanged
 from victor_actors._supervision import SupervisionEvent
+from victor_actors._trace import Names
 from victor_actors.otel import _names as n
 from victor_actors.otel._metrics import Instruments, level
 
@@ -49,9 +54,18 @@ def _types(transitions: tuple[StateTransition, ...]) -> list[str]:
     return list(dict.fromkeys(t.transition_type.name for t in transitions))
 
 
-def _failed(span: Span, exc: BaseException) -> None:
-    """Record ``exc`` on ``span``: the error status, its type and, for an Exception, the exception event."""
+def _failed(span: Span, exc: BaseException, names: Names) -> None:
+    """Record ``exc`` on ``span``: the error status, its type and, for an Exception, the exception event.
+
+    With hidden names the message and the traceback (which quote scope ids) stay out: the status
+    and the event say the error's type only.
+    """
     span.set_attribute(n.ERROR_TYPE, type(exc).__qualname__)
+    if names.hidden:
+        if isinstance(exc, Exception):
+            span.add_event("exception", {"exception.type": type(exc).__qualname__})
+        span.set_status(Status(StatusCode.ERROR, type(exc).__name__))
+        return
     if isinstance(exc, Exception):
         span.record_exception(exc)
     span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
@@ -71,11 +85,12 @@ def _committed(span: Span, record: StateChanged) -> None:
 class Carrier:
     """A captured context (see ``victor_actors._trace.Carrier``)."""
 
-    __slots__ = ("_ctx", "_hooks")
+    __slots__ = ("_ctx", "_hooks", "_names")
 
-    def __init__(self, hooks: OtelHooks, ctx: Context) -> None:
+    def __init__(self, hooks: OtelHooks, ctx: Context, names: Names) -> None:
         self._hooks = hooks
         self._ctx = ctx
+        self._names = names
 
     def actor(self, work: Callable[[Any], T], cell: Any) -> Callable[[Any], T]:
         hooks, parent = self._hooks, self._ctx
@@ -98,18 +113,18 @@ class Carrier:
         return bound
 
     def deliver(self, subscribers: tuple[Any, ...], event: Any) -> None:
-        tracer, parent = self._hooks.tracer, self._ctx
+        tracer, parent, names = self._hooks.tracer, self._ctx, self._names
         if isinstance(event, StateChanged):
             attributes: dict[str, Any] = {
                 n.EVENT_KIND: "commit",
-                n.SCOPE: str(event.ref),
+                n.SCOPE: names.scope(event.ref),
                 n.NEW_VERSION: event.new_version,
                 n.COMMIT_ID: event.commit_id,
             }
             if event.run_id is not None:
-                attributes[n.RUN_ID] = event.run_id
+                attributes[n.RUN_ID] = names.text(event.run_id)
         elif isinstance(event, SupervisionEvent):
-            attributes = {n.EVENT_KIND: f"supervision.{event.kind}", n.SCOPE: str(event.ref)}
+            attributes = {n.EVENT_KIND: f"supervision.{event.kind}", n.SCOPE: names.scope(event.ref)}
         else:
             attributes = {n.EVENT_KIND: type(event).__name__}
         for sub in subscribers:
@@ -122,15 +137,15 @@ class Carrier:
                 span.end()
 
     def tool(self, fn: Callable[[Any], Any], call: Any, is_async: bool) -> Callable[[Any], Any]:
-        tracer, parent = self._hooks.tracer, self._ctx
+        tracer, parent, names = self._hooks.tracer, self._ctx, self._names
         attributes: dict[str, Any] = {
             n.TOOL_NAME: call.tool_name,
-            n.TOOL_REQUEST_ID: call.request_id,
+            n.TOOL_REQUEST_ID: names.text(call.request_id),  # generated ones hold the scope id
             n.TOOL_REDELIVERY: call.redelivery,
-            n.SCOPE: str(call.scope),
+            n.SCOPE: names.scope(call.scope),
         }
         if call.run_id is not None:
-            attributes[n.RUN_ID] = call.run_id
+            attributes[n.RUN_ID] = names.text(call.run_id)
 
         def begin() -> tuple[Span, Token[Context]]:
             span = tracer.start_span(n.SPAN_TOOL, context=parent, attributes=attributes)
@@ -138,7 +153,7 @@ class Carrier:
 
         def finish(span: Span, token: Token[Context], error: BaseException | None) -> None:
             if error is not None:
-                _failed(span, error)
+                _failed(span, error, names)
             otel_context.detach(token)
             span.end()
 
@@ -175,26 +190,26 @@ class CallSpan(Carrier):
     __slots__ = ("_level", "_name", "_span", "_started", "_token", "_work")
 
     def __init__(
-        self, hooks: OtelHooks, name: str, ref: Any, request: ApplyRequest, cross_scope: bool
+        self, hooks: OtelHooks, name: str, ref: Any, request: ApplyRequest, cross_scope: bool, names: Names
     ) -> None:
         parent = otel_context.get_current()
         transitions = request.transitions
         attributes: dict[str, Any] = {
-            n.SCOPE: str(ref),
+            n.SCOPE: names.scope(ref),
             n.SCOPE_LEVEL: level(ref),
             n.TRANSITION_COUNT: len(transitions),
             n.TRANSITION_TYPES: _types(transitions),
             n.CROSS_SCOPE: cross_scope,
         }
         if request.run_id is not None:
-            attributes[n.RUN_ID] = request.run_id
+            attributes[n.RUN_ID] = names.text(request.run_id)
         if request.expected_version.__class__ is int:
             attributes[n.EXPECTED_VERSION] = request.expected_version
         span = hooks.tracer.start_span(
             n.SPAN_AAPPLY if name == "aapply" else n.SPAN_APPLY, context=parent, attributes=attributes
         )
         ctx = trace.set_span_in_context(span, parent)
-        super().__init__(hooks, ctx)
+        super().__init__(hooks, ctx, names)
         self._name = name
         self._level = attributes[n.SCOPE_LEVEL]
         self._span = span
@@ -206,12 +221,12 @@ class CallSpan(Carrier):
         span = self._span
         cross = False
         if error is not None:
-            _failed(span, error)
+            _failed(span, error, self._names)
         elif isinstance(record, StateChanged):
             _committed(span, record)
             if record.involved:
                 cross = True
-                span.set_attribute(n.INVOLVED, [str(r) for r in record.involved])
+                span.set_attribute(n.INVOLVED, [self._names.scope(r) for r in record.involved])
         _WORK.reset(self._work)
         otel_context.detach(self._token)
         span.end()
@@ -225,24 +240,30 @@ class CallSpan(Carrier):
 class RunSpan:
     """The span of one run, current in its body (see ``victor_actors._trace.RunTrace``)."""
 
-    __slots__ = ("_hooks", "_reason", "_span", "_token")
+    __slots__ = ("_hooks", "_names", "_reason", "_span", "_token")
 
-    def __init__(self, hooks: OtelHooks, run: Any) -> None:
+    def __init__(self, hooks: OtelHooks, run: Any, names: Names) -> None:
         self._hooks = hooks
+        self._names = names
         self._span = hooks.tracer.start_span(
             n.SPAN_RUN,
-            attributes={n.RUN_ID: run.id, n.SESSION_ID: run.session_id, n.RUN_TIMEOUT: float(run.timeout)},
+            attributes={
+                n.RUN_ID: names.text(run.id),  # "<session id>:<token>"
+                n.SESSION_ID: names.text(run.session_id),
+                n.RUN_TIMEOUT: float(run.timeout),
+            },
         )
         self._token = otel_context.attach(trace.set_span_in_context(self._span))
         self._reason: str | None = None
 
     def rolled_back(self, report: Any) -> None:
-        self._reason = report.reason
+        names = self._names
+        self._reason = names.error(report.reason)
         self._span.add_event(
             n.EVENT_ROLLBACK,
             {
-                n.REASON: report.reason,
-                "victor_actors.rollback.scopes": [str(s.ref) for s in report.scopes],
+                n.REASON: self._reason,
+                "victor_actors.rollback.scopes": [names.scope(s.ref) for s in report.scopes],
                 "victor_actors.rollback.keys_restored": sum(len(s.keys_restored) for s in report.scopes),
                 "victor_actors.rollback.messages_removed": sum(s.messages_removed for s in report.scopes),
                 "victor_actors.rollback.conflicts": len(report.conflicts),
@@ -266,24 +287,25 @@ class OtelHooks:
         self.tracer = tracer
         self.instruments = instruments
 
-    def call(self, name: str, ref: Any, request: Any, cross_scope: bool) -> CallSpan:
-        return CallSpan(self, name, ref, request, cross_scope)
+    def call(self, name: str, ref: Any, request: Any, cross_scope: bool, names: Names) -> CallSpan:
+        return CallSpan(self, name, ref, request, cross_scope, names)
 
-    def capture(self) -> Carrier:
-        return Carrier(self, otel_context.get_current())
+    def capture(self, names: Names) -> Carrier:
+        return Carrier(self, otel_context.get_current(), names)
 
-    def run(self, run: Any) -> RunSpan:
-        return RunSpan(self, run)
+    def run(self, run: Any, names: Names) -> RunSpan:
+        return RunSpan(self, run, names)
 
     @contextmanager
     def restart(self, cell: Any, reason: str) -> Iterator[None]:
         state = cell.state
+        names: Names = cell.names
         span = self.tracer.start_span(
             n.SPAN_RESTART,
             attributes={
-                n.SCOPE: str(state.ref),
+                n.SCOPE: names.scope(state.ref),
                 n.SCOPE_LEVEL: level(state.ref),
-                n.REASON: reason,
+                n.REASON: names.error(reason),
                 n.OLD_VERSION: state.version,
                 n.DURABILITY: cell.durability,
             },
@@ -292,7 +314,7 @@ class OtelHooks:
         try:
             yield
         except BaseException as exc:
-            _failed(span, exc)
+            _failed(span, exc, names)
             raise
         finally:
             span.set_attribute(n.NEW_VERSION, cell.state.version)
@@ -315,15 +337,16 @@ class OtelHooks:
     def on_actor(self, parent: Context, work: Callable[[Any], T], cell: Any, message: Any) -> T:
         """Run ``work(message)`` on the actor's thread in a child span of ``parent``."""
         state = cell.state
+        names: Names = cell.names
         prepare = message.__class__ is PrepareRequest
         attributes: dict[str, Any] = {
-            n.SCOPE: str(state.ref),
+            n.SCOPE: names.scope(state.ref),
             n.SCOPE_LEVEL: level(state.ref),
             n.OLD_VERSION: state.version,
             n.DURABILITY: cell.durability,
         }
         if message.run_id is not None:
-            attributes[n.RUN_ID] = message.run_id
+            attributes[n.RUN_ID] = names.text(message.run_id)
         transitions = message.transitions
         if transitions is not None:  # a transact's participant learns its part later
             attributes[n.TRANSITION_COUNT] = len(transitions)
@@ -336,7 +359,7 @@ class OtelHooks:
         try:
             result = work(message)
         except BaseException as exc:
-            _failed(span, exc)
+            _failed(span, exc, names)
             raise
         else:
             if prepare:

@@ -40,9 +40,11 @@ from victor_actors._errors import (
 from victor_actors._handle import _transitions
 from victor_actors._model import GLOBAL_REF, ScopeRef, StateScope, StateTransition, TransitionBatch
 from victor_actors._rollback import RollbackReport, RunFailedError, RunTimeoutError, ScopeRollback
-from victor_actors._state import ContextSnapshot, StateChanged
+from victor_actors._snapshot import ContextSnapshot
+from victor_actors._state import StateChanged
 from victor_actors.ray import _wire as w
 from victor_actors.ray._placement import HOME, Address, ref_of, shard_for
+from victor_actors.ray._run import RayRun, RunWrite, refused
 from victor_actors.ray._shard import Shard, shard_name
 from victor_actors.ray._wire import ShardUnavailableError
 
@@ -53,6 +55,8 @@ __all__ = ["RayRun", "RayScopeHandle", "RayStateManager", "RaySubscription"]
 IN_FLIGHT = 2  # Ray calls outstanding per shard
 MAX_OPS = 1000  # operations per call
 RETRY_PAUSE = 0.2  # seconds between attempts to reach a shard that went away
+SETTLE_SLACK = 5.0  # seconds past a run's deadline its rollback waits for the run's writes in flight
+ROLLBACK_WAIT = 10.0  # at least this long for each scope's undo: it rides out a shard's restart
 _WRITES = frozenset({"apply", "commit", "restore", "checkpoint", "rollback"})
 _PROTOCOL = frozenset({"prepare", "commit", "abort", "status"})
 _CURRENT_RUN: contextvars.ContextVar[RayRun | None] = contextvars.ContextVar(
@@ -74,14 +78,21 @@ def _unreachable_types() -> tuple[type[BaseException], ...]:
 
 
 class _Item:
-    __slots__ = ("attempts", "deadline", "future", "op", "sent")
+    __slots__ = ("attempts", "deadline", "future", "op", "sent", "write")
 
-    def __init__(self, op: dict[str, Any], deadline: float, future: asyncio.Future[Any]) -> None:
+    def __init__(
+        self, op: dict[str, Any], deadline: float, future: asyncio.Future[Any], write: RunWrite | None
+    ) -> None:
         self.op = op
         self.deadline = deadline
         self.future = future
         self.attempts = 0
         self.sent = False
+        self.write = write  # a run's write: told its outcome however late it comes
+
+    def settle(self, committed: bool | None, value: Any = None) -> None:
+        if self.write is not None:
+            self.write.settle(committed, value)
 
 
 class _Lane:
@@ -113,9 +124,17 @@ class _Lane:
 
     async def _send(self, batch: list[_Item], counted: bool = True) -> None:
         try:
+            live = []
             for item in batch:
+                if item.future.done():  # its deadline passed while it waited: never sent again
+                    item.settle(None if item.sent else False)
+                    continue
                 item.attempts += 1
                 item.sent = True
+                live.append(item)
+            if not live:
+                return
+            batch = live
             payload = w.encode({"ops": tuple(i.op for i in batch)})
             self.calls += 1
             try:
@@ -125,6 +144,7 @@ class _Lane:
                 return
             except Exception as exc:
                 for item in batch:
+                    item.settle(None)
                     if not item.future.done():
                         item.future.set_exception(
                             ScopeFailedError(
@@ -136,10 +156,12 @@ class _Lane:
             if "e" in reply:
                 err = w.error_from(reply["e"], f"shard {self.index}")
                 for item in batch:
+                    item.settle(False)
                     if not item.future.done():
                         item.future.set_exception(err)
                 return
             for item, (ok, value) in zip(batch, reply["r"], strict=True):
+                item.settle(bool(ok), value if ok else None)  # before the caller hears: the run knows first
                 if item.future.done():
                     continue
                 if ok:
@@ -157,8 +179,10 @@ class _Lane:
         again = []
         for item in batch:
             if item.future.done():
+                item.settle(None)  # sent to a shard that went away: it may have applied
                 continue
             if now + RETRY_PAUSE >= item.deadline or self.manager.closed:
+                item.settle(None)
                 write = item.op["k"] in _WRITES
                 item.future.set_exception(
                     ShardUnavailableError(
@@ -174,7 +198,7 @@ class _Lane:
                     )
                 )
                 continue
-            if item.op["k"] == "apply":
+            if item.op["k"] in ("apply", "rollback"):
                 item.op["rt"] = True  # the first attempt's outcome is unknown: look it up first
             again.append(item)
         self.manager.counters["retries"] += len(again)
@@ -202,41 +226,6 @@ class RaySubscription:
         if not self.closed:
             self.closed = True
             self._manager._unsubscribe(self)
-
-
-class RayRun:
-    """What ``with manager.run(...)`` yields: the run's id, its commits, and how it ended.
-
-    ``status`` is ``"running"``, ``"succeeded"`` or ``"rolled_back"``; after a
-    rollback ``rollback_report`` says what was undone in each scope, on
-    whatever shard, and what was left because another writer changed it since.
-    """
-
-    def __init__(self, session_id: str, timeout: float) -> None:
-        self.id = uuid.uuid4().hex
-        self.session_id = session_id
-        self.timeout = timeout
-        self.deadline = time.monotonic() + timeout
-        self.handles: dict[ScopeRef, RayScopeHandle] = {}
-        self.commits: list[StateChanged] = []
-        self.status = "running"
-        self.rollback_report: RollbackReport | None = None
-
-    @property
-    def rolled_back(self) -> bool:
-        return self.status == "rolled_back"
-
-    @property
-    def remaining(self) -> float:
-        return self.deadline - time.monotonic()
-
-    def _record(self, handle: RayScopeHandle, record: StateChanged) -> None:
-        for rec in (record, *record.related):
-            if rec.committed:
-                self.commits.append(rec)
-                if rec.ref not in self.handles:
-                    h = handle if rec.ref == handle.ref else handle._manager._known_handle(rec.ref)
-                    self.handles[rec.ref] = h
 
 
 class RayScopeHandle:
@@ -289,13 +278,8 @@ class RayScopeHandle:
     async def aapply(
         self, batch: Any, *, expected_version: Any = None, timeout: float | None = None
     ) -> StateChanged:
-        m = self._manager
         steps = _transitions(batch)
-        run = _CURRENT_RUN.get()
-        record = await m._apply(self, steps, expected_version, timeout)
-        if run is not None:
-            run._record(self, record)
-        return record
+        return await self._manager._apply(self, steps, expected_version, timeout, _CURRENT_RUN.get())
 
     def update(self, values: Mapping[str, Any], *, timeout: float | None = None) -> StateChanged:
         return self.apply(_update(values), timeout=timeout)
@@ -481,17 +465,23 @@ class RayStateManager:
     async def _guard(self, coro: Coroutine[Any, Any, T]) -> T:
         return await coro
 
-    async def _on_loop(self, coro: Coroutine[Any, Any, T]) -> T:
-        """Run ``coro`` on the driver loop, from whatever loop the caller is on."""
+    async def _on_loop(self, coro: Coroutine[Any, Any, T], *, shield: bool = False) -> T:
+        """Run ``coro`` on the driver loop, from whatever loop the caller is on.
+
+        ``shield``: cancelling the caller does not cancel ``coro``, which runs to its end.
+        """
         try:
             running = asyncio.get_running_loop()
         except RuntimeError:
             running = None
         if running is self._loop:
-            return await coro
-        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(self._guard(coro), self._loop))
+            return await (asyncio.shield(coro) if shield else coro)
+        future = asyncio.wrap_future(asyncio.run_coroutine_threadsafe(self._guard(coro), self._loop))
+        return await (asyncio.shield(future) if shield else future)
 
-    async def _ask(self, shard: int, op: dict[str, Any], timeout: float | None) -> Any:
+    async def _ask(
+        self, shard: int, op: dict[str, Any], timeout: float | None, write: RunWrite | None = None
+    ) -> Any:
         if self.closed:
             raise RuntimeClosedError("the RayStateManager was closed; nothing was applied")
         wait = self.request_timeout if timeout is None else timeout
@@ -500,7 +490,7 @@ class RayStateManager:
         except RuntimeError:
             running = None
         if running is self._loop or running is None:
-            return await self._ask_here(shard, op, wait)
+            return await self._submit(shard, op, wait, write)
         # From the caller's own loop: hand the request to the driver loop and get the answer back
         # with one call_soon_threadsafe each way (no task, no wait_for on the hot path).
         answer: asyncio.Future[Any] = running.create_future()
@@ -509,16 +499,23 @@ class RayStateManager:
             running.call_soon_threadsafe(_copy_outcome, src, answer)
 
         def submit() -> None:
-            self._submit(shard, op, wait).add_done_callback(deliver)
+            self._submit(shard, op, wait, write).add_done_callback(deliver)
 
         self._loop.call_soon_threadsafe(submit)
         return await answer
 
-    def _submit(self, shard: int, op: dict[str, Any], wait: float) -> asyncio.Future[Any]:
-        """Queue ``op`` on its lane (on the driver loop); the future fails at the deadline if unanswered."""
+    def _submit(
+        self, shard: int, op: dict[str, Any], wait: float, write: RunWrite | None = None
+    ) -> asyncio.Future[Any]:
+        """Queue ``op`` on its lane (on the driver loop); the future fails at the deadline if unanswered.
+
+        ``write``, a run's write, is tracked from here until its reply (see ``_run.py``).
+        """
         future: asyncio.Future[Any] = self._loop.create_future()
         op.setdefault("to", wait)
-        self._lanes[shard].submit(_Item(op, time.monotonic() + wait, future))
+        if write is not None:
+            write.begin()
+        self._lanes[shard].submit(_Item(op, time.monotonic() + wait, future, write))
         timer = self._loop.call_later(wait + RETRY_PAUSE * 2, _expire, future, shard, wait)
         future.add_done_callback(lambda _f: timer.cancel())
         return future
@@ -576,23 +573,64 @@ class RayStateManager:
     # -- writes -------------------------------------------------------------------
 
     async def _apply(
-        self, handle: RayScopeHandle, steps: tuple[StateTransition, ...], expected: Any, timeout: float | None
+        self,
+        handle: RayScopeHandle,
+        steps: tuple[StateTransition, ...],
+        expected: Any,
+        timeout: float | None,
+        run: RayRun | None = None,
     ) -> StateChanged:
         pairs = self._expected_pairs(handle, expected)
         glob = [t for t in steps if _is_global(t)]
+        wait = self.request_timeout if timeout is None else timeout
+        if run is not None:  # as locally: a run's request is bounded by the run's deadline
+            if run.remaining <= 0:
+                raise DeadlineExceededError(f"run {run.id} exceeded its timeout; nothing was applied")
+            wait = min(wait, run.remaining)
+        batch_id = uuid.uuid4().hex
         if handle.shard == HOME or not glob:
             op = {
                 "k": "apply",
                 "a": handle.address,
                 "t": w.transitions_to(steps),
                 "x": pairs,
-                "b": uuid.uuid4().hex,
+                "b": batch_id,
             }
-            record = w.record_from(await self._ask(handle.shard, op, timeout), steps)
+            write = None
+            if run is not None:
+                op["run"] = run.id
+                write = RunWrite(run, handle, steps, batch_id, self._known_handle)
+            record = w.record_from(await self._ask(handle.shard, op, wait, write), steps)
             self._saw_record(record)
             return record
         rest = tuple(t for t in steps if not _is_global(t))
-        return await self._on_loop(self._across(handle, rest, tuple(glob), pairs, timeout))
+        if run is None:
+            return await self._on_loop(self._across(handle, rest, tuple(glob), pairs, wait))
+        write = RunWrite(run, handle, steps, batch_id, self._known_handle, across=True)
+        # shielded: a caller cancelled at the run's timeout leaves the protocol to finish, and the
+        # run to learn its outcome, before the rollback
+        return await self._on_loop(
+            self._across_for(handle, write, rest, tuple(glob), pairs, wait), shield=True
+        )
+
+    async def _across_for(
+        self,
+        handle: RayScopeHandle,
+        write: RunWrite,
+        rest: tuple[StateTransition, ...],
+        glob: tuple[StateTransition, ...],
+        pairs: Any,
+        wait: float,
+    ) -> StateChanged:
+        """:meth:`_across` for a run's write: its outcome goes to the run (on the driver loop)."""
+        write.begin()
+        try:
+            record = await self._across(handle, rest, glob, pairs, wait, write.batch_id)
+        except BaseException as exc:
+            write.settle(False if refused(exc) else None)
+            raise
+        write.settle(True, record)
+        return record
 
     def _saw_record(self, record: StateChanged) -> None:
         for rec in (record, *record.related):
@@ -606,10 +644,11 @@ class RayStateManager:
         glob: tuple[StateTransition, ...],
         pairs: Any,
         timeout: float | None,
+        txid: str | None = None,
     ) -> StateChanged:
         """Two-phase commit: global's home first (the lock order), then the part; home decides."""
         wait = self.request_timeout if timeout is None else timeout
-        txid = uuid.uuid4().hex
+        txid = txid or uuid.uuid4().hex
         gx: Any = None
         px: Any = pairs
         if isinstance(pairs, tuple):
@@ -901,18 +940,38 @@ class RayStateManager:
         ) from exc
 
     async def _roll_back(self, run: RayRun, reason: str) -> RollbackReport:
-        """Undo the run's writes scope by scope, each on its shard; failures are reported, not raised."""
+        """Undo the run's writes scope by scope, each on its shard; failures are reported, not raised.
+
+        First the run's writes still on their way are waited for (up to the run's deadline plus
+        the few seconds a dead shard takes to be noticed); a write still unanswered then, or sent
+        to a shard that died, is in doubt: each scope it may have written looks for its batch id.
+        """
+        doubt = await run._settle(min(self.request_timeout, max(run.remaining, 0.0) + SETTLE_SLACK))
+        handles = dict(run.handles)
+        batches: dict[ScopeRef, list[str]] = {}
+        for write in doubt:
+            for ref, h in write.handles.items():
+                handles.setdefault(ref, h)
+                batches.setdefault(ref, []).append(write.batch_id)
 
         async def one(ref: ScopeRef) -> ScopeRollback:
-            h = run.handles[ref]
+            h = handles[ref]
             records = tuple(w.record_to(r) for r in run.commits if r.ref == ref)
-            op = {"k": "rollback", "a": h.address, "run": run.id, "r": records}
+            op = {
+                "k": "rollback",
+                "a": h.address,
+                "run": run.id,
+                "r": records,
+                "b": tuple(batches.get(ref, ())),
+            }
             try:
-                return w.rollback_from(await self._ask_here(h.shard, op, self.request_timeout))
+                return w.rollback_from(
+                    await self._ask_here(h.shard, op, max(self.request_timeout, ROLLBACK_WAIT))
+                )
             except VictorActorsError as exc:
                 return ScopeRollback(ref, conflicts=(f"the rollback of {ref} failed: {exc!r}",))
 
-        scopes = await asyncio.gather(*(one(ref) for ref in run.handles))
+        scopes = await asyncio.gather(*(one(ref) for ref in handles))
         run.rollback_report = RollbackReport(run.id, reason, tuple(scopes))
         run.status = "rolled_back"
         return run.rollback_report

@@ -61,7 +61,8 @@ from victor_actors._model import GLOBAL_REF, ScopeRef, StateScope, StateTransiti
 from victor_actors._reducer import reduce
 from victor_actors._rollback import ScopeRollback
 from victor_actors._runs import _Plan
-from victor_actors._state import ContextSnapshot, ScopeState, StateChanged
+from victor_actors._snapshot import ContextSnapshot
+from victor_actors._state import ScopeState, StateChanged
 from victor_actors._tools import ToolCall
 from victor_actors._values import FrozenDict
 from victor_actors.ray import _wire as w
@@ -72,6 +73,7 @@ __all__ = ["BATCH_KEY", "DEDUPE_WINDOW", "Shard", "shard_name"]
 BATCH_KEY = "victor_actors.batch"  # transition metadata: the driver's batch (or transaction) id
 DEDUPE_WINDOW = 256  # commits per scope searched for a retried batch id
 EVENT_RING = 1024  # live events kept per subscribed scope for the driver's poll
+ROLLED_BACK_KEPT = 4096  # recent rolled-back runs whose late writes a shard refuses
 
 
 class ToolExecutionError(RuntimeError):
@@ -184,6 +186,8 @@ class Shard:
         self._handles: dict[Address, Any] = {}
         self._held: dict[ScopeRef, str] = {}
         self._writing: collections.Counter[ScopeRef] = collections.Counter()
+        self._run_writing: collections.Counter[str] = collections.Counter()  # writes in progress, by run
+        self._rolled_back: collections.OrderedDict[str, None] = collections.OrderedDict()  # recent runs
         self._prepared: dict[str, _Prepared] = {}
         self._cond: asyncio.Condition | None = None
         self._mirror: tuple[int, ScopeState] | None = None
@@ -337,8 +341,16 @@ class Shard:
     async def inject(self, point: str) -> None:
         """Arm a one-shot crash (``os._exit``) at ``point``, for fault tests: ``part_after_prepare``
         (a participant, once its prepare record is durable), ``home_before_commit`` and
-        ``home_after_commit`` (global's home, around its commit of a cross-shard batch)."""
-        if point not in ("part_after_prepare", "home_before_commit", "home_after_commit"):
+        ``home_after_commit`` (global's home, around its commit of a cross-shard batch),
+        ``apply_after_commit`` (a plain write, durable, before its reply), ``rollback_after_commit``
+        (a run's undo in one scope, likewise)."""
+        if point not in (
+            "part_after_prepare",
+            "home_before_commit",
+            "home_after_commit",
+            "apply_after_commit",
+            "rollback_after_commit",
+        ):
             raise ValueError(f"unknown fault point {point!r}")
         self._fault = point
 
@@ -368,8 +380,8 @@ class Shard:
         """Run every operation in ``raw`` concurrently; reply with one result per operation, in order."""
         await self._start()
         try:
-            ops = w.decode(raw)["ops"]
-        except (VictorActorsError, KeyError, TypeError) as exc:
+            ops = w.ops_of(w.decode(raw))
+        except VictorActorsError as exc:
             return w.encode({"r": (), "e": w.error_to(exc)})
         results = await asyncio.gather(*(self._op(op) for op in ops))
         self.counters["calls"] += 1
@@ -456,10 +468,18 @@ class Shard:
     # -- operations ----------------------------------------------------------------
 
     def _find(self, refs: frozenset[ScopeRef], batch_id: str) -> StateChanged | None:
-        """The commit of ``batch_id`` in one of ``refs``' last DEDUPE_WINDOW commits, if any."""
+        """The commit of ``batch_id`` in ``refs``' last DEDUPE_WINDOW commits, as a full record.
+
+        Full: its key changes, messages (with their place in the log), stage, tool requests and
+        sessions, rebuilt by the reducer from the version before it, as the live commit made them.
+        A run's rollback undoes a commit from exactly these fields: a record carrying only the
+        transitions (what the log stores) would undo nothing. When the batch wrote several
+        scopes, the other scopes' records are its ``related``.
+        """
         store = self.manager.store
         if store is None:
             return None
+        found: list[StateChanged] = []
         for ref in sorted(refs, key=str):
             head = store.head(ref) or 0
             for v in range(head, max(0, head - DEDUPE_WINDOW), -1):
@@ -467,17 +487,23 @@ class Shard:
                     rec = store.commit_record(ref, v)
                 except VictorActorsError:
                     break
-                if _carries(rec.transitions, batch_id):
-                    return StateChanged(
-                        ref=ref,
+                if rec.kind == "batch" and _carries(rec.transitions, batch_id):
+                    before = self.manager.state_at(ref, v - 1)._state
+                    _state, full = reduce(
+                        before,
+                        rec.transitions,
                         commit_id=rec.commit_id,
-                        old_version=v - 1,
-                        new_version=v,
-                        transitions=rec.transitions,
                         run_id=rec.run_id,
                         timestamp=rec.timestamp,
                     )
-        return None
+                    found.append(full)
+                    break
+        if not found:
+            return None
+        if len(found) == 1:
+            return found[0]
+        involved = tuple(r.ref for r in found)
+        return attrs.evolve(found[0], involved=involved, related=tuple(found[1:]))
 
     async def _apply(self, op: Any) -> Any:
         handle = self._handle(_address(op["a"]))
@@ -491,8 +517,31 @@ class Shard:
                     self.counters["deduplicated"] += 1
                     return w.record_to(found)
         expected = _expected(op.get("x"))
-        record = await self._write(handle, steps, expected, float(op.get("to") or 30.0), None)
+        run = op.get("run")
+        if not isinstance(run, str) or not run:
+            record = await self._write(handle, steps, expected, float(op.get("to") or 30.0), None)
+        else:
+            if run in self._rolled_back:
+                raise DeadlineExceededError(
+                    f"run {run} was already rolled back on shard {self.index}; this write of it came "
+                    "too late and was not applied"
+                )
+            self._run_writing[run] += 1  # its rollback here waits for it
+            try:
+                record = await self._write(handle, steps, expected, float(op.get("to") or 30.0), None)
+            finally:
+                await self._run_wrote(run)
+        self._crash_at("apply_after_commit")
         return w.record_to(record, transitions=False)  # the driver has them
+
+    async def _run_wrote(self, run: str) -> None:
+        self._run_writing[run] -= 1
+        if not self._run_writing[run]:
+            del self._run_writing[run]
+        cond = self._cond
+        assert cond is not None
+        async with cond:
+            cond.notify_all()
 
     async def _snapshot(self, op: Any) -> Any:
         handle = self._handle(_address(op["a"]))
@@ -727,12 +776,38 @@ class Shard:
         return out
 
     async def _rollback(self, op: Any) -> Any:
-        """Undo a run's commits in one scope, by value, on the scope's actor (as a local run does)."""
+        """Undo a run's commits in one scope, by value, on the scope's actor (as a local run does).
+
+        The commits are those the driver has records of, and those of the batch ids it lists as in
+        doubt that this scope's log holds. The run is first marked rolled back here, so a write of
+        it that arrives later is refused, and the writes of it already in progress are waited for.
+        """
         handle = self._handle(_address(op["a"]))
         ref = handle.ref
-        records = sorted(
-            (w.record_from(r) for r in op["r"] if ScopeRef.parse(r["r"]) == ref), key=lambda r: r.new_version
-        )
+        run = str(op.get("run") or "")
+        wait = float(op.get("to") or 30.0)
+        deadline = time.monotonic() + wait
+        if run and op.get("rt"):
+            done = self._rollback_commit(ref, run)
+            if done is not None:  # a retry whose first attempt committed (its reply was lost)
+                self.counters["rollbacks_deduplicated"] += 1
+                return w.rollback_to(ScopeRollback(ref, version=done))
+        if run:
+            self._rolled_back[run] = None
+            self._rolled_back.move_to_end(run)
+            while len(self._rolled_back) > ROLLED_BACK_KEPT:
+                self._rolled_back.popitem(last=False)
+            await self._wait_for_run(run, deadline)
+        by_version = {
+            rec.new_version: rec
+            for rec in (w.record_from(r) for r in op["r"])
+            if rec.ref == ref  # rebuilt from the log below when the driver's copy is missing
+        }
+        for batch_id in op.get("b") or ():
+            found = self._find(frozenset({ref}), str(batch_id))
+            if found is not None:
+                by_version.setdefault(found.new_version, found)
+        records = [by_version[v] for v in sorted(by_version)]
         plans: list[_Plan] = []
 
         def target(state: ScopeState) -> ScopeState | None:
@@ -742,13 +817,41 @@ class Shard:
             plans.append(plan)
             return plan.target(state)
 
-        wait = float(op.get("to") or 30.0)
-        deadline = time.monotonic() + wait
         async with self._writing_to(frozenset({ref}), deadline, None):
-            req = ApplyRequest((), None, deadline, str(op.get("run") or ""), None, target)
+            req = ApplyRequest((), None, deadline, run, None, target)
             commit: StateChanged = await asyncio.to_thread(handle._kernel.ask, handle._cell, req, wait)
+        self._crash_at("rollback_after_commit")
         report = (plans[0].report if plans else None) or ScopeRollback(ref)
         return w.rollback_to(attrs.evolve(report, version=commit.version if commit.committed else None))
+
+    def _rollback_commit(self, ref: ScopeRef, run: str) -> int | None:
+        """The version of ``run``'s rollback commit in ``ref``'s last DEDUPE_WINDOW commits, if any."""
+        store = self.manager.store
+        if store is None:
+            return None
+        head = store.head(ref) or 0
+        for v in range(head, max(0, head - DEDUPE_WINDOW), -1):
+            try:
+                rec = store.commit_record(ref, v)
+            except VictorActorsError:
+                return None
+            if rec.kind == "reset" and rec.run_id == run:
+                return v
+        return None
+
+    async def _wait_for_run(self, run: str, deadline: float) -> None:
+        """Until no write of ``run`` is in progress here (or ``deadline``)."""
+        cond = self._cond
+        assert cond is not None
+        async with cond:
+            while self._run_writing.get(run):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return
+                try:
+                    await asyncio.wait_for(cond.wait(), left)
+                except TimeoutError:
+                    pass
 
     # -- tools executed on the driver -------------------------------------------------
 
@@ -889,6 +992,7 @@ def _check_and_dry_run(
         parts.setdefault(found, []).append(t)
         indices.setdefault(found, []).append(i)
     parts.setdefault(own.ref, [])
+    indices.setdefault(own.ref, [])  # a part with nothing to write (a batch that writes only global)
     versions = {}
     for ref, part in parts.items():
         state = states[ref]

@@ -7,7 +7,10 @@ is Ray's: an owner that could not be reached, named by its shard number.
 
 from __future__ import annotations
 
-from victor_actors._errors import OwnerUnavailableError
+from collections.abc import Mapping
+from typing import Any
+
+from victor_actors._errors import OwnerUnavailableError, ScopeFailedError
 from victor_actors.remote._wire import (
     decode,
     encode,
@@ -31,6 +34,7 @@ __all__ = [
     "encode",
     "error_from",
     "error_to",
+    "ops_of",
     "record_from",
     "record_to",
     "rollback_from",
@@ -57,3 +61,18 @@ class ShardUnavailableError(OwnerUnavailableError):
     def __init__(self, message: str, *, shard: int = -1, may_have_applied: bool = True) -> None:
         super().__init__(message, may_have_applied=may_have_applied)
         self.shard = shard
+
+
+def ops_of(payload: Any) -> tuple[Any, ...]:
+    """The operations of a decoded call frame (``{"ops": [op, ...]}``).
+
+    Raises:
+        ScopeFailedError: the frame holds no sequence of operations; nothing was run.
+    """
+    ops = payload.get("ops") if isinstance(payload, Mapping) else None
+    if not isinstance(ops, (tuple, list)):
+        raise ScopeFailedError(
+            "a shard call's frame must hold its operations as a list under 'ops', not "
+            f"{type(ops).__name__}; nothing was run"
+        )
+    return tuple(ops)

@@ -88,10 +88,20 @@ def parse_address(raw: Any) -> Address:
     return (level, ident, wf, team)
 
 
+_REFS: dict[str, ScopeRef] = {}  # refs parsed before: an owner sees the same few scopes again and again
+
+
 def parse_ref(raw: Any) -> ScopeRef:
-    if not isinstance(raw, str):
+    """A scope ref from the wire (``"team:t1"``), checked as ``ScopeRef.parse`` checks it; cached."""
+    if raw.__class__ is not str:
         raise ScopeAccessError(f"a scope on the wire is named by a str, not {type(raw).__name__}")
-    return ScopeRef.parse(raw)
+    ref = _REFS.get(raw)
+    if ref is None:
+        ref = ScopeRef.parse(raw)
+        if len(_REFS) >= 65536:
+            _REFS.clear()
+        _REFS[raw] = ref
+    return ref
 
 
 def tagged(steps: tuple[StateTransition, ...], batch_id: str) -> tuple[StateTransition, ...]:
@@ -585,6 +595,10 @@ class Host:
         label = op.get("label")
         return await self._blocking(self.manager.save_checkpoint, ref, label=label)
 
+    async def _compact(self, op: Any) -> Any:
+        ref = self._scope(op).ref
+        return await self._blocking(self.manager.compact, ref, label=op.get("label"))
+
     async def _checkpoints(self, op: Any) -> Any:
         ref = self._scope(op).ref
         infos = await self._blocking(self.manager.list_checkpoints, ref)
@@ -803,6 +817,7 @@ Host.OPS = {
     "poll": Host._poll,
     "checkpoint": Host._checkpoint,
     "checkpoints": Host._checkpoints,
+    "compact": Host._compact,
     "load_checkpoint": Host._load_checkpoint,
     "state_at": Host._state_at,
     "restore": Host._restore,

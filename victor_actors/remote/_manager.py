@@ -21,7 +21,9 @@ from typing import Any
 from victor_actors._errors import DeadlineExceededError, OwnerUnavailableError, VictorActorsError
 from victor_actors._model import ScopeRef
 from victor_actors._rollback import RollbackReport, RunFailedError, RunTimeoutError
-from victor_actors._state import ContextSnapshot, StateChanged
+from victor_actors._snapshot import ContextSnapshot
+from victor_actors._state import StateChanged
+from victor_actors._typed import register_message_type
 from victor_actors._values import check_text
 from victor_actors.remote import _wire as w
 from victor_actors.remote._client import Client
@@ -49,6 +51,7 @@ _SLOW = frozenset(
         "restore",
         "checkpoint",
         "checkpoints",
+        "compact",
         "load_checkpoint",
         "state_at",
         "scopes",
@@ -320,6 +323,13 @@ class RemoteStateManager(Client):
             await self._ask(0, {"k": "checkpoint", "s": str(self._ref(scope_ref)), "label": label}, None)
         )
 
+    def compact(self, scope_ref: ScopeRef | str, *, label: str | None = None) -> str:
+        """Make the scope's committed state its only stored base, as ``GlobalStateManager.compact``."""
+        return str(self._call({"k": "compact", "s": str(self._ref(scope_ref)), "label": label}))
+
+    async def acompact(self, scope_ref: ScopeRef | str, *, label: str | None = None) -> str:
+        return str(await self._ask(0, {"k": "compact", "s": str(self._ref(scope_ref)), "label": label}, None))
+
     def list_checkpoints(self, scope_ref: ScopeRef | str) -> list[CheckpointInfo]:
         """The scope's stored checkpoints, newest first."""
         rows = self._call({"k": "checkpoints", "s": str(self._ref(scope_ref))})
@@ -409,6 +419,11 @@ class RemoteStateManager(Client):
         idempotency key).
         """
         self._register_tool(name, fn, timeout)
+
+    def register_message_type(self, cls: type, *, tag: str | None = None) -> str:
+        """Let ``cls`` (an attrs class or a dataclass) come back as itself in this process (see
+        ``GlobalStateManager.register_message_type``; the registry is the process's). Returns the tag."""
+        return register_message_type(cls, tag=tag)
 
     def resume_tools(self) -> int:
         """Have the owner dispatch every pending tool request again; return how many."""

@@ -40,7 +40,7 @@ from victor_actors import (
     VersionConflictError,
     VictorActorsError,
 )
-from victor_actors._rollback import RunFailedError
+from victor_actors._rollback import RollbackReport, RunFailedError
 from victor_actors.lowlevel import Step, StepGen
 from victor_actors.sim._agent import SimulatedFailure, TurnLoop
 from victor_actors.sim._config import REJECTS, SimConfig
@@ -228,8 +228,8 @@ class RayAgent(TurnLoop):
     def _failing_run(self, kind: str) -> None:
         """A run meant to fail, on the sync API (an asyncio agent runs this in a worker thread).
 
-        ``manager.run`` has no async twin over Ray, and its rollback (``restore``)
-        is a blocking call; the event loop must not wait on it.
+        The turn is written once for both kinds of agent, with the blocking
+        ``manager.run``; an asyncio agent keeps it off its event loop.
         """
         start = self.ledger.next_seq
         rec = RunLedger("", self.name, kind)
@@ -260,6 +260,11 @@ class RayAgent(TurnLoop):
                 "DeadlineExceededError" if isinstance(cause, DeadlineExceededError) else type(cause).__name__
             )
             rec.has_report = run.rolled_back
+            if rec.step_error is None and _an_undo_failed(run.rollback_report):
+                # a scope's undo met a shard that stayed away (it is in the report): finished below
+                rec.step_error = "rollback: a scope's undo failed"
+                with self.hub.lock:
+                    self.hub.interrupted_rollbacks += 1
             if rec.step_error is None and not rec.has_report and isinstance(cause, VictorActorsError):
                 # the rollback itself met a shard that was away: its error replaced the run's
                 rec.step_error = f"rollback: {type(cause).__name__}"
@@ -304,3 +309,11 @@ class RayAgent(TurnLoop):
         return 0
 
     # -- bookkeeping ----------------------------------------------------------------------------
+
+
+def _an_undo_failed(report: RollbackReport | None) -> bool:
+    """Whether the report lists a scope whose undo failed (``RayStateManager`` reports, not raises, it)."""
+    return report is not None and any(
+        s.version is None and s.conflicts[:1] and s.conflicts[0].startswith("the rollback of ")
+        for s in report.scopes
+    )

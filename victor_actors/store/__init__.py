@@ -7,6 +7,7 @@ and codec it writes, and the reports recovery and checkpoint listing return.
 from __future__ import annotations
 
 from victor_actors.store._codec import SCHEMA_VERSION, CheckpointRecord, Codec, CommitRecord, ScopeRecord
+from victor_actors.store._compact import plan_compaction
 from victor_actors.store._crypto import Keyring
 from victor_actors.store._incremental import CheckpointBase
 from victor_actors.store._keys import checkpoint_id, ref_from_key, ref_key, version_of, versioned_key
@@ -31,6 +32,7 @@ __all__ = [
     "apply_record",
     "encrypt_in_place",
     "is_encrypted",
+    "plan_compaction",
     "rekey",
     "checkpoint_id",
     "ref_from_key",

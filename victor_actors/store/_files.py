@@ -1,10 +1,22 @@
-"""The store's files before LMDB maps them: the owner lock and the data file's own account of its size.
+"""The store's files before LMDB maps them: the owner lock, rewrites swapped in, and the data file's size.
 
-**The owner lock** is an exclusive ``flock`` on the data file itself
-(``data/data.mdb``), not on a side file: a lock on a file that can be
-deleted protects nothing once it is deleted, while deleting the data file
-destroys the store anyway. ``owner.lock`` beside it only tells people which
-process owns the store.
+**The owner lock** is an exclusive ``flock`` on the store's directory, taken
+before anything on disk is touched, and then on the data file itself
+(``data/data.mdb``). Neither is a side file: a lock on a file that can be
+deleted protects nothing once it is deleted, while deleting the directory or
+the data file destroys the store anyway. The directory is what a rewrite
+never renames (it swaps ``data`` for a new one inside it), so its lock holds
+across a swap; the data file's lock is also refused to writers that only know
+that one. ``owner.lock`` beside them only tells people which process owns the
+store.
+
+**Rewrites** (``_rekey.py``) write a whole new store in ``rewrite.next``
+beside the data, mark it complete, and swap directories with renames. Only
+the lock holder carries an interrupted rewrite through or drops an
+unfinished copy (taking the lock does it, before the data file is opened); a
+read-only open reads whichever directory is the store's at that moment
+(``readable_data``) and changes nothing, and a refused writer has touched
+nothing before it is refused.
 
 **The size check**: LMDB maps ``data.mdb`` and touches pages through the
 map, so a file shorter than LMDB believes raises SIGBUS in the process
@@ -27,18 +39,19 @@ from __future__ import annotations
 
 import fcntl
 import os
+import shutil
 import struct
 import time
 from typing import IO
 
-from victor_actors._errors import CheckpointCorruptError, StoreLockedError
+from victor_actors._errors import CheckpointCorruptError, StoreLockedError, VictorActorsError
 
-__all__ = ["NEXT", "PREVIOUS", "OwnerLock", "check_data_file", "finish_swap", "swap_in"]
+__all__ = ["COMPLETE", "NEXT", "PREVIOUS", "OwnerLock", "check_data_file", "readable_data"]
 
 # A rewrite (rekey, encryption) writes a whole new store in NEXT beside the data, marks it COMPLETE,
-# then swaps directories: data -> PREVIOUS, NEXT/data -> data. Each step is a rename, and
-# finish_swap() carries an interrupted swap through (or drops an incomplete copy) on the next
-# open, so after a crash at any point the store is either the old one or the new one, whole.
+# then swaps directories: data -> PREVIOUS, NEXT/data -> data. Each step is a rename, and the next
+# lock holder carries an interrupted swap through (or drops an incomplete copy: _finish_swap), so
+# after a crash at any point the store is either the old one or the new one, whole.
 NEXT = "rewrite.next"
 PREVIOUS = "rewrite.previous"
 COMPLETE = "COMPLETE"
@@ -154,61 +167,140 @@ def _fill_free_tail(path: str, needed: int) -> None:
 
 
 class OwnerLock:
-    """An exclusive lock on a store's data file, held for as long as one manager owns the store."""
+    """The exclusive right to write a store: held by one manager, or by a rewrite, from open to close.
 
-    def __init__(self, store_path: str, data_file: str, timeout: float = 0.0) -> None:
-        """Take the lock, waiting up to ``timeout`` seconds for another owner to let go of it.
+    Taking it locks the store's directory (creating it if ``create``), then
+    carries an interrupted rewrite through or drops an unfinished copy, then
+    locks the data file (``data`` is its directory). A refusal changes
+    nothing on disk.
 
-        Raises:
-            StoreLockedError: another live process held it for the whole ``timeout``.
-        """
+    With ``timeout``, a lock another process holds is waited for that many
+    seconds (polled: ``flock`` takes no deadline).
+
+    Raises:
+        StoreLockedError: another live owner holds either lock (for the whole ``timeout``).
+        VictorActorsError: there is no store at ``store_path`` and ``create`` is False.
+    """
+
+    def __init__(self, store_path: str, *, create: bool = True, timeout: float = 0.0) -> None:
+        self._dir: int | None = None
         self._file: IO[bytes] | None = None
-        self._store_path = store_path
-        handle = open(data_file, "ab")  # creates an empty data file for a new store
+        self.store_path = store_path
+        self.data = os.path.join(store_path, "data")
+        data_file = os.path.join(self.data, "data.mdb")
         deadline = time.monotonic() + timeout
-        while True:
+        if create:
+            os.makedirs(store_path, exist_ok=True)
+        elif not os.path.isdir(store_path):
+            raise VictorActorsError(f"no victor_actors store at {store_path!r}")
+        fd = os.open(store_path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+        try:
+            _flock(fd, store_path, deadline, timeout)
+        except BaseException:
+            os.close(fd)
+            raise
+        self._dir = fd
+        try:
+            _finish_swap(store_path)
+            if not create and not os.path.isfile(data_file):
+                raise VictorActorsError(f"no victor_actors store at {store_path!r}")
+            os.makedirs(self.data, exist_ok=True)
+            handle = open(data_file, "ab")  # creates an empty data file for a new store
             try:
-                fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                left = deadline - time.monotonic()
-                if left > 0:
-                    # flock cannot be waited on with a deadline: poll (another process holds it,
-                    # there is nothing in this one to wait on)
-                    time.sleep(min(0.05, left))
-                    continue
+                _flock(handle.fileno(), store_path, deadline, timeout)
+            except BaseException:
                 handle.close()
-                waited = f" for {timeout:g} s" if timeout > 0 else ""
-                raise StoreLockedError(
-                    f"{store_path!r} is owned by another live process (waited{waited or ' not at all'}); "
-                    "nothing was opened (open it with read_only=True to inspect it, connect to its owner "
-                    "with victor_actors.connect, or give lock_timeout to wait for it)"
-                ) from None
-        self._file = handle
+                raise
+            self._file = handle
+        except BaseException:
+            self.release()
+            raise
         try:
             with open(os.path.join(store_path, "owner.lock"), "w") as note:
-                note.write(f"{os.getpid()}\n")  # for people; the lock is on the data file
+                note.write(f"{os.getpid()}\n")  # for people; the locks are on the directory and data file
         except OSError:
             pass
 
+    def __enter__(self) -> OwnerLock:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+    def swap_in(self) -> None:
+        """Replace the store's data with the complete rewrite in ``NEXT`` (marked complete, then renamed).
+
+        From the marker on the rewrite is the store: a crash later leaves it
+        to the next lock holder to finish, and a read-only open reads it.
+        """
+        if self._dir is None:
+            raise VictorActorsError("the owner lock was released; the rewrite was not swapped in")
+        nxt = os.path.join(self.store_path, NEXT)
+        with open(os.path.join(nxt, COMPLETE), "w") as marker:
+            marker.write("complete\n")
+            marker.flush()
+            os.fsync(marker.fileno())
+        _fsync_dir(nxt)
+        _finish_swap(self.store_path)
+
     def forget(self) -> None:
-        """In a forked child: close this process's copy of the lock's file without unlocking.
+        """In a forked child: close this process's descriptors of the locks without unlocking them.
 
         ``flock`` belongs to the open file, which a fork shares: unlocking here
-        would unlock the parent. Closing the child's descriptor leaves the
-        parent the only holder, so the lock ends when the parent ends.
+        would unlock the parent, which stays the only holder.
         """
         handle, self._file = self._file, None
+        fd, self._dir = self._dir, None
         if handle is not None:
             handle.close()
+        if fd is not None:
+            os.close(fd)
 
     def release(self) -> None:
         handle, self._file = self._file, None
-        if handle is not None:
-            try:
-                fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
-            finally:
-                handle.close()
+        fd, self._dir = self._dir, None
+        try:
+            if handle is not None:
+                try:
+                    fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+                finally:
+                    handle.close()
+        finally:
+            if fd is not None:
+                os.close(fd)  # closing the descriptor releases its lock
+
+
+def _flock(fd: int, store_path: str, deadline: float, timeout: float) -> None:
+    """Lock ``fd`` exclusively, polling until ``deadline`` while another process holds it."""
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                waited = f"waited for {timeout:g} s" if timeout > 0 else "did not wait"
+                raise StoreLockedError(
+                    f"{store_path!r} is owned by another live manager or a rewrite ({waited}); nothing was "
+                    "opened (open it with read_only=True to inspect it, connect to its owner with "
+                    "victor_actors.connect, or give lock_timeout to wait for it)"
+                ) from None
+            time.sleep(min(0.05, left))
+
+
+def readable_data(store_path: str) -> str:
+    """The directory a read-only open reads: the data, or a complete rewrite not yet swapped in.
+
+    Never changes anything on disk (a lock holder finishes the swap).
+    """
+    nxt = os.path.join(store_path, NEXT)
+    if os.path.exists(os.path.join(nxt, COMPLETE)) and os.path.isfile(os.path.join(nxt, "data", "data.mdb")):
+        return os.path.join(nxt, "data")
+    data = os.path.join(store_path, "data")
+    prev = os.path.join(store_path, PREVIOUS)
+    if not os.path.isfile(os.path.join(data, "data.mdb")) and os.path.isfile(os.path.join(prev, "data.mdb")):
+        return prev  # cannot happen by the swap's steps; never report the only copy missing
+    return data
 
 
 def _fsync_dir(path: str) -> None:
@@ -219,21 +311,11 @@ def _fsync_dir(path: str) -> None:
         os.close(fd)
 
 
-def swap_in(store_path: str) -> None:
-    """Replace the store's data with the complete rewrite in ``NEXT`` (two renames), then clean up."""
-    nxt = os.path.join(store_path, NEXT)
-    with open(os.path.join(nxt, COMPLETE), "w") as marker:
-        marker.write("complete\n")
-        marker.flush()
-        os.fsync(marker.fileno())
-    _fsync_dir(nxt)
-    finish_swap(store_path)
+def _finish_swap(store_path: str) -> None:
+    """Carry an interrupted rewrite through, or drop an incomplete one; a no-op when there is none.
 
-
-def finish_swap(store_path: str) -> None:
-    """Carry an interrupted rewrite through, or drop an incomplete one; a no-op when there is none."""
-    import shutil
-
+    Only under the owner lock (``OwnerLock`` calls it).
+    """
     data = os.path.join(store_path, "data")
     nxt = os.path.join(store_path, NEXT)
     prev = os.path.join(store_path, PREVIOUS)

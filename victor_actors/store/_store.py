@@ -44,7 +44,6 @@ from functools import partial
 from typing import Any, TypeVar
 
 import lmdb
-import msgpack
 
 from victor_actors._errors import (
     CheckpointCorruptError,
@@ -57,8 +56,8 @@ from victor_actors._model import MAX_ID_BYTES, ScopeRef, StateScope
 from victor_actors._state import ScopeState
 from victor_actors._values import FrozenDict
 from victor_actors.store._codec import CheckpointRecord, Codec, CommitRecord, ScopeRecord
-from victor_actors.store._crypto import Keyring, Sealer
-from victor_actors.store._files import OwnerLock, check_data_file, finish_swap
+from victor_actors.store._crypto import Keyring, Sealer, looks_sealed
+from victor_actors.store._files import OwnerLock, check_data_file, readable_data
 from victor_actors.store._incremental import (
     CheckpointBase,
     assemble,
@@ -87,6 +86,9 @@ from victor_actors.store._keys import (
     version_of,
 )
 from victor_actors.store._load import CheckpointInfo, RecoveryReport, load_state
+from victor_actors.store._meta import META_KEY, is_encrypted, keys_for, new_encrypted, upgraded
+from victor_actors.store._meta import pack as pack_meta
+from victor_actors.store._meta import parse as parse_meta
 from victor_actors.store._writer import GroupCommitWriter, ResizeGate, TxnOp, WriteTxn
 
 __all__ = ["Store"]
@@ -94,12 +96,6 @@ __all__ = ["Store"]
 logger = logging.getLogger("victor_actors")
 
 T = TypeVar("T")
-META_KEY = b"format"  # in the meta database: whether the store is encrypted, and under which id key
-# The store's format: 1 wrote full checkpoints; 2 (incremental checkpoints: manifests, chunks, kv)
-# reads both. A writable open moves a store to 2, after which code that knows only 1 refuses it.
-FORMAT = 2
-FORMATS = (1, 2)
-KEY_CHECK = b"victor-actors keyring check v1"  # sealed in the meta record: do the keys fit?
 _HEAD = struct.Struct(">QI")  # version, crc32 over place + version
 
 
@@ -147,22 +143,22 @@ class Store:
         self._owner: OwnerLock | None = None
         if encryption is not None and not isinstance(encryption, Keyring):
             raise EncryptionKeyError(f"encryption takes a Keyring, not {type(encryption).__name__}")
-        finish_swap(self.path)
         self._open(map_size)
         try:
-            meta = self._meta()
-            encrypted = meta is not None and bool(meta.get("encrypted"))
-            if not encrypted and encryption is not None and not self._is_empty():
-                raise EncryptionKeyError(
-                    f"the store at {self.path!r} is not encrypted and holds {self.scope_count()} scopes; "
-                    "open it without a keyring, or with encryption_migrate=True to encrypt it first "
-                    "(GlobalStateManager.open); nothing was opened"
-                )
+            meta = self._read_meta()
+            if not is_encrypted(meta):
+                self._refuse_sealed_records()
+                if encryption is not None and not self._is_empty():
+                    raise EncryptionKeyError(
+                        f"the store at {self.path!r} is not encrypted and holds {self.scope_count()} scopes; "
+                        "open it without a keyring, or with encryption_migrate=True to encrypt it first "
+                        "(GlobalStateManager.open); nothing was opened"
+                    )
             self.layout, self.sealer = self._keys_for(meta, encryption)
             if not read_only:
-                meta = self._meta()
-                if meta is None or meta.get("format") != FORMAT:
-                    self._put_meta({"encrypted": False, **(meta or {}), "format": FORMAT})
+                new = upgraded(self._read_meta(), self.sealer)
+                if new is not None:
+                    self._put_meta(new)
             if not read_only and "children" not in self.dbs:
                 self._build_index()
         except BaseException:
@@ -185,14 +181,17 @@ class Store:
             )
 
     def _open(self, map_size: int) -> None:
-        data = os.path.join(self.path, "data")
-        data_file = os.path.join(data, "data.mdb")
+        """Open the environment: a writer takes the owner lock first (see ``OwnerLock``); a reader
+        reads the directory an interrupted rewrite left as the store's, and changes nothing."""
         if self.read_only:
+            data = readable_data(self.path)
+            data_file = os.path.join(data, "data.mdb")
             if not os.path.isfile(data_file):
                 raise VictorActorsError(f"no victor_actors store at {self.path!r}")
         else:
-            os.makedirs(data, exist_ok=True)
-            self._owner = OwnerLock(self.path, data_file, self._lock_timeout)
+            self._owner = OwnerLock(self.path, timeout=self._lock_timeout)
+            data = self._owner.data
+            data_file = os.path.join(data, "data.mdb")
         try:
             check_data_file(data_file)
             self.env = lmdb.open(
@@ -248,19 +247,38 @@ class Store:
             self.env.close()
         self._release_lock()
 
-    def _meta(self) -> dict[str, Any] | None:
-        raw = self._get("meta", META_KEY)
-        if raw is None:
-            return None
-        try:
-            meta = msgpack.unpackb(raw, raw=False)
-            if not isinstance(meta, dict) or meta.get("format") not in FORMATS:
-                raise ValueError(f"not a meta record of format {' or '.join(map(str, FORMATS))}")
-            return meta
-        except Exception as exc:
+    def _read_meta(self) -> dict[str, Any] | None:
+        """The meta record's fields (see ``_meta.py``); CheckpointCorruptError if it is malformed."""
+        return parse_meta(self._get("meta", META_KEY), self.path)
+
+    def _refuse_sealed_records(self) -> None:
+        """Refuse to open as plaintext a store whose records are sealed (its meta record was lost or altered).
+
+        The first record of each database is looked at: all of them sealed
+        (one damaged record cannot look so) means the store is encrypted.
+
+        Raises:
+            CheckpointCorruptError: they are; nothing was opened or written.
+        """
+
+        def firsts() -> list[bytes]:
+            out = []
+            with self.env.begin() as txn:
+                for name in ("scopes", "log", "ckpt", "chunks", "kv"):
+                    handle = self.dbs.get(name)
+                    if handle is not None:
+                        with txn.cursor(db=handle) as cur:
+                            if cur.first():
+                                out.append(bytes(cur.value()))
+            return out
+
+        seen = self._read(firsts)
+        if seen and all(looks_sealed(raw) for raw in seen):
             raise CheckpointCorruptError(
-                f"the store's meta record is unreadable ({exc}); nothing was opened"
-            ) from None
+                f"the store at {self.path!r} has no meta record saying it is encrypted, but its records are "
+                "sealed: the meta record was lost or altered; nothing was opened or changed (restore the "
+                "meta record, or the store, from a copy)"
+            )
 
     def _is_empty(self) -> bool:
         return all(
@@ -278,17 +296,14 @@ class Store:
 
     def _keys_for(self, meta: dict[str, Any] | None, keyring: Keyring | None) -> tuple[Layout, Sealer]:
         """The key layout and sealer for this store, checking the keyring against its meta record."""
-        encrypted = meta is not None and bool(meta.get("encrypted"))
-        if not encrypted:
+        if not is_encrypted(meta):
             if keyring is None:
                 return PLAIN, Sealer(None)
             if self.read_only:  # an empty plaintext store: nothing to seal, and nothing may be written
                 raise EncryptionKeyError(f"the store at {self.path!r} is not encrypted; nothing was opened")
-            id_key_id = keyring.active
-            check = Sealer(keyring).seal(KEY_CHECK, place("meta", META_KEY))
-            record = {"format": FORMAT, "encrypted": True, "id_key": id_key_id, "check": check}
+            record = new_encrypted(keyring)
             self._put_meta(record)
-            return Layout(keyring.id_key(id_key_id)), Sealer(keyring)
+            return keys_for(record, keyring, self.path)
         assert meta is not None
         if keyring is None:
             raise EncryptionKeyError(
@@ -296,24 +311,11 @@ class Store:
                 "open it with encryption=Keyring(...) (on the command line: --key-file, or "
                 "VICTOR_ACTORS_KEYS); nothing was opened"
             )
-        id_key_id = str(meta.get("id_key"))
-        layout = Layout(keyring.id_key(id_key_id))  # EncryptionKeyError if the keyring lacks it
-        try:
-            plain = Sealer(keyring).open(
-                bytes(meta.get("check", b"")), place("meta", META_KEY), "the key check"
-            )
-        except CheckpointCorruptError:
-            plain = None
-        if plain != KEY_CHECK:
-            raise EncryptionKeyError(
-                f"the keys given do not open the store at {self.path!r} (key ids {sorted(keyring.key_ids)}; "
-                f"its scope ids are under key {id_key_id!r}); nothing was opened"
-            )
-        return layout, Sealer(keyring)
+        return keys_for(meta, keyring, self.path)
 
     def _put_meta(self, record: dict[str, Any]) -> None:
         with self.env.begin(write=True, db=self.dbs["meta"]) as txn:
-            txn.put(META_KEY, msgpack.packb(record, use_bin_type=True))
+            txn.put(META_KEY, pack_meta(record))
 
     @property
     def encrypted(self) -> bool:

@@ -11,7 +11,7 @@ from typing import Any
 
 from victor_actors._handle import ScopeHandle
 from victor_actors._manager import GlobalStateManager
-from victor_actors._messages import ApplyRequest, PrepareRequest, RestartRequest
+from victor_actors._messages import ApplyRequest, CheckpointRequest, PrepareRequest, RestartRequest
 from victor_actors._model import ScopeRef, StateScope, StateTransition, TransitionType
 from victor_actors._state import ScopeState, StateChanged
 from victor_actors._values import FrozenDict
@@ -43,7 +43,8 @@ class Received:
     restore or a run rollback: the scope set as a whole), ``"prepare"`` (this
     scope's part of a cross-scope batch), ``"lock"`` (a ``transact`` lock; its
     part arrives later, so ``transitions`` is None), ``"restart"`` (from the
-    supervisor) or ``"other"``. ``commit_id`` is the transaction's commit id
+    supervisor), ``"checkpoint"`` (``save_checkpoint``, ``compact``: written
+    by the actor between two commits) or ``"other"``. ``commit_id`` is the transaction's commit id
     for ``prepare`` and ``lock``, None otherwise (a single-scope commit gets
     its id on the actor). ``seq`` orders entries across all scopes.
     """
@@ -195,6 +196,8 @@ class Recorder:
             transitions, run_id, commit_id = message.transitions, message.run_id, message.commit_id
         elif cls is RestartRequest:
             kind = "restart"
+        elif cls is CheckpointRequest:
+            kind = "checkpoint"
         else:
             kind = "other"
         baseline: ScopeState | None = None
