@@ -3,13 +3,12 @@ VictorActorsSession: every ``SQLiteSession`` the SDK's test modules name becomes
 
 Loaded by tests/test_openai_agents.py into a child pytest that runs inside the SDK's published source
 distribution (fetched at test time, never copied into this tree). Each test runs once per manager
-variant named in ``VICTOR_SWAP`` (default: all three), and passes only if it passes on each:
+variant named in ``VICTOR_SWAP`` (default: both), and passes only if it passes on each:
 
-- ``local``: one GlobalStateManager per SQLite file the test names (a store beside it), or in memory
-  for ``:memory:``;
-- ``remote``: the same stores, each opened by an owner listening on a unix socket, and the sessions
-  on a ``victor_actors.connect`` client of it (another process's view);
-- ``encrypted``: local stores sealed with a key.
+- ``local``: one GlobalStateManager per SQLite file the test names (a store beside it), or a fresh
+  temporary store for ``:memory:``;
+- ``remote``: the same stores, encrypted at rest, each opened by an owner listening on a unix
+  socket, and the sessions on a ``victor_actors.connect`` client of it (another process's view).
 
 The SDK's suite runs its async tests with pytest-asyncio; this plugin runs them itself
 (``asyncio.run`` per test and variant), which is all those modules ask of it.
@@ -31,7 +30,7 @@ import victor_actors
 from victor_actors import GlobalStateManager, Keyring
 from victor_actors.openai_agents import VictorActorsSession
 
-VARIANTS = tuple(os.environ.get("VICTOR_SWAP", "local,remote,encrypted").split(","))
+VARIANTS = tuple(os.environ.get("VICTOR_SWAP", "local,remote").split(","))
 _variant = VARIANTS[0]
 _KEYS = Keyring({"k1": bytes(range(32))}, active="k1")
 _lock = threading.Lock()
@@ -52,10 +51,10 @@ def _manager_for(db_path: Any) -> tuple[str, Any]:
             return path, used
         if _variant == "remote":
             url = f"unix://{tempfile.mkdtemp(prefix='va-sock-')}/owner.sock"
-            owner = GlobalStateManager.open(path, listen=url)
+            owner = GlobalStateManager.open(path, listen=url, encryption=_KEYS)
             used: Any = victor_actors.connect(url)
         else:
-            owner = GlobalStateManager.open(path, encryption=_KEYS if _variant == "encrypted" else None)
+            owner = GlobalStateManager.open(path)
             used = owner
         _open[path] = (owner, used, 1)
         return path, used

@@ -1,24 +1,24 @@
 """victor_actors.claude_agent: VictorActorsSessionStore, the Claude Agent SDK's ``SessionStore`` on scopes.
 
 1. The SDK's own conformance suite (``claude_agent_sdk.testing.run_session_store_conformance``, from the
-   installed package) with nothing skipped, on a local manager, through a client of an owner (another
-   process's view) and on an encrypted store.
+   installed package) with nothing skipped, on a local manager and through a client of an owner
+   (another process's view) whose store is encrypted at rest.
 2. The SDK's own ``query()`` loop, with a scripted stand-in for the Claude Code CLI as its transport,
    mirrors a conversation into the store; the SDK's store-backed readers read it back.
 3. What the protocol's documentation asks beyond the suite: entries deduplicated by uuid, subagent
-   transcripts as child scopes, delete and append again, concurrent appends (threads and processes)
-   losing nothing and folding the summary over every batch.
+   transcripts as child scopes, delete and append again, concurrent appends (threads, and worker
+   processes that are clients of one owner process for the module, tests/owner_process.py) losing
+   nothing and folding the summary over every batch.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import multiprocessing
 import tempfile
 import threading
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +37,7 @@ from claude_agent_sdk import (  # noqa: E402
     query,
 )
 from claude_agent_sdk.testing import run_session_store_conformance  # noqa: E402
+from owner_process import fork_clients, owner_process  # noqa: E402  (tests/owner_process.py)
 
 import victor_actors  # noqa: E402
 from victor_actors import GlobalStateManager, Keyring, ScopeRef, TransitionValidationError  # noqa: E402
@@ -56,13 +57,13 @@ class Managers:
     def new(self) -> Any:
         self.count += 1
         path = self.root / f"store-{self.count}"
-        if self.variant == "remote":
+        if self.variant == "remote":  # a client of an owner whose store is encrypted at rest
             url = f"unix://{self.root}/owner-{self.count}.sock"
-            owner = GlobalStateManager.open(path, listen=url)
+            owner = GlobalStateManager.open(path, listen=url, encryption=KEYS)
             client = victor_actors.connect(url)
             self.opened += [client, owner]
             return client
-        manager = GlobalStateManager.open(path, encryption=KEYS if self.variant == "encrypted" else None)
+        manager = GlobalStateManager.open(path)
         self.opened.append(manager)
         return manager
 
@@ -71,7 +72,14 @@ class Managers:
             m.close()
 
 
-@pytest.fixture(params=["local", "remote", "encrypted"])
+@pytest.fixture(scope="module")
+def owner_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """One owner process for the module, on an encrypted store (tests/owner_process.py)."""
+    with owner_process(tmp_path_factory.mktemp("claude-owner")) as url:
+        yield url
+
+
+@pytest.fixture(params=["local", "remote"])
 def managers(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Managers]:
     made = Managers(request.param, tmp_path)
     try:
@@ -146,7 +154,16 @@ class ScriptedClaude(Transport):
 
 
 def test_the_sdks_query_loop_mirrors_into_the_store_and_its_readers_read_it_back(managers: Managers) -> None:
-    store = VictorActorsSessionStore(managers.new())
+    _drive_the_query_loop(VictorActorsSessionStore(managers.new()))
+
+
+def test_the_sdks_query_loop_through_a_client_of_an_owner_process(owner_url: str) -> None:
+    """The same, with the store encrypted and owned by another process."""
+    with victor_actors.connect(owner_url) as client:
+        _drive_the_query_loop(VictorActorsSessionStore(client))
+
+
+def _drive_the_query_loop(store: VictorActorsSessionStore) -> None:
     workdir, config_dir = tempfile.mkdtemp(), tempfile.mkdtemp()
     sid = str(uuid.uuid4())
 
@@ -292,7 +309,7 @@ def test_fifty_threads_appending_to_one_session_lose_nothing(tmp_path: Path) -> 
         _check_concurrent(store, 50, 3)
 
 
-def _append_in_a_process(url: str, w: int, start: Any) -> None:
+def _append_in_a_process(start: Any, url: str, w: int) -> None:
     async def run() -> None:
         with victor_actors.connect(url) as client:
             store = VictorActorsSessionStore(client)
@@ -303,17 +320,8 @@ def _append_in_a_process(url: str, w: int, start: Any) -> None:
     asyncio.run(run())
 
 
-def test_processes_appending_to_one_session_lose_nothing(tmp_path: Path) -> None:
-    url = f"unix://{tmp_path}/owner.sock"
-    ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload(["victor_actors.claude_agent", "test_claude_agent"])
-    with GlobalStateManager.open(tmp_path / "store", listen=url) as owner:
-        start = ctx.Event()
-        procs = [ctx.Process(target=_append_in_a_process, args=(url, w, start)) for w in range(6)]
-        for p in procs:
-            p.start()
-        start.set()
-        for p in procs:
-            p.join(timeout=120)
-            assert p.exitcode == 0
-        _check_concurrent(VictorActorsSessionStore(owner), 6, 5)
+def test_processes_appending_to_one_session_lose_nothing(owner_url: str) -> None:
+    """Four worker processes, each a client of the owner process, append to one transcript at once."""
+    fork_clients(_append_in_a_process, [(owner_url, w) for w in range(4)])
+    with victor_actors.connect(owner_url) as client:
+        _check_concurrent(VictorActorsSessionStore(client), 4, 5)

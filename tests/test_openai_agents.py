@@ -1,14 +1,14 @@
 """victor_actors.openai_agents: VictorActorsSession, the OpenAI Agents SDK's ``Session`` on a conversation.
 
 1. The SDK's own session tests (tests/memory/test_session.py and test_session_limit.py of its published
-   source distribution, fetched at test time for the installed version) run with every ``SQLiteSession``
-   they make swapped for ours (tests/openai_agents_swap.py), on a local manager, through the
-   many-processes client and on an encrypted store. The tests of SQLite's own machinery are left out,
-   each with its reason (NOT_A_SESSION_CONTRACT).
+   source distribution, fetched at test time for the installed version and cached outside the tree)
+   run with every ``SQLiteSession`` they make swapped for ours (tests/openai_agents_swap.py), on a local
+   manager and through the many-processes client of an encrypted store. The tests of SQLite's own
+   machinery are left out, each with its reason (NOT_A_SESSION_CONTRACT).
 2. The concurrency cases of the SDK's SQLAlchemy session tests, in our own words: concurrent first
    writes lose nothing (one session object, several, several event loops), concurrent pops return each
    item once; and the issue's: 50 concurrent ``pop_item`` calls on 30 items, in threads and in
-   processes.
+   worker processes, clients of one owner process for the module (tests/owner_process.py).
 3. What the SDK's written contract says and its tests cannot see here: a cancelled write settles first,
    a batch is atomic, a run rolls a session back.
 """
@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import importlib.metadata
 import multiprocessing
+import os
 import subprocess
 import sys
 import tarfile
@@ -35,6 +36,7 @@ from agents import Agent, Runner  # noqa: E402
 from agents.memory import Session, SessionSettings  # noqa: E402
 from agents.testing import ScriptedModel, assistant_message  # noqa: E402
 from helpers import Gate  # noqa: E402
+from owner_process import fork_clients, owner_process  # noqa: E402  (tests/owner_process.py)
 
 import victor_actors  # noqa: E402
 from victor_actors import GlobalStateManager, RunFailedError, TransitionValidationError  # noqa: E402
@@ -77,16 +79,25 @@ NOT_A_SESSION_CONTRACT = {
 
 @pytest.fixture(scope="module")
 def sdist(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The installed openai-agents version's source distribution, from the registry, unpacked."""
+    """The installed openai-agents version's source distribution, from the registry, unpacked.
+
+    Fetched with pip on first use and kept in the user's cache directory (outside this tree), keyed
+    by version: a later run only unpacks it.
+    """
     version = importlib.metadata.version("openai-agents")
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "victor-actors-tests"
+    archive = cache / f"openai_agents-{version}.tar.gz"
+    if not archive.exists():
+        fetched = tmp_path_factory.mktemp("openai-agents-fetch")
+        got = subprocess.run(
+            [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary", ":all:",
+             f"openai-agents=={version}", "-d", str(fetched)],
+            capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        assert got.returncode == 0, f"could not fetch openai-agents {version}'s sdist: {got.stderr[-2000:]}"
+        cache.mkdir(parents=True, exist_ok=True)
+        os.replace(fetched / archive.name, archive)  # whole or not at all
     where = tmp_path_factory.mktemp("openai-agents-sdist")
-    got = subprocess.run(
-        [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary", ":all:",
-         f"openai-agents=={version}", "-d", str(where)],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    assert got.returncode == 0, f"could not fetch openai-agents {version}'s sdist: {got.stderr[-2000:]}"
-    (archive,) = where.glob("openai_agents-*.tar.gz")
     with tarfile.open(archive) as tar:
         tar.extractall(where, filter="data")
     (root,) = (p for p in where.iterdir() if p.is_dir())
@@ -98,7 +109,9 @@ def test_the_sdks_own_session_tests_pass_on_ours(sdist: Path, tmp_path: Path) ->
     deselect = [
         arg for name in NOT_A_SESSION_CONTRACT for arg in ("--deselect", f"{UPSTREAM_FILES[0]}::{name}")
     ]
-    env = {**_env(), "VICTOR_SWAP": "local,remote,encrypted"}
+    # only the plugins named here: the environment's own (ours among them) would be imported and
+    # assertion-rewritten in the child for nothing, the larger part of its start-up
+    env = {**_env(), "VICTOR_SWAP": "local,remote", "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
     got = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "openai_agents_swap",
          "-W", "ignore::pytest.PytestConfigWarning", f"--junitxml={report}", *UPSTREAM_FILES, *deselect],
@@ -109,20 +122,25 @@ def test_the_sdks_own_session_tests_pass_on_ours(sdist: Path, tmp_path: Path) ->
     skipped = [c.get("name") for c in cases if c.find("skipped") is not None]
     assert not failed and not skipped, f"{failed} {skipped}\n{got.stdout[-6000:]}"
     assert got.returncode == 0, got.stdout[-3000:]
-    # every runner test of both files ran (3 runner methods each), on the three managers
+    # every runner test of both files ran (3 runner methods each), on both managers
     assert len(cases) >= 50, len(cases)
     print(f"openai-agents {importlib.metadata.version('openai-agents')}: {len(cases)} upstream session tests "
-          f"passed on ours (x3 managers), {len(NOT_A_SESSION_CONTRACT)} SQLite-only tests left out")  # fmt: skip
+          f"passed on ours (local, and an encrypted store's client), {len(NOT_A_SESSION_CONTRACT)} SQLite-only tests left out")  # fmt: skip
 
 
 def _env() -> dict[str, str]:
-    import os
-
     path = os.pathsep.join([str(ROOT), str(TESTS), os.environ.get("PYTHONPATH", "")])
     return {**os.environ, "PYTHONPATH": path}
 
 
 # -- 2. concurrency --------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def owner_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """One owner process for the module, on an encrypted store (tests/owner_process.py)."""
+    with owner_process(tmp_path_factory.mktemp("openai-owner")) as url:
+        yield url
 
 
 @pytest.fixture(params=["local", "remote"])
@@ -229,7 +247,7 @@ def test_fifty_concurrent_pops_of_thirty_items_return_each_once_in_threads(manag
     assert asyncio.run(VictorActorsSession("pops", manager).get_items()) == []
 
 
-def _pop_in_a_process(url: str, start: Any, out: Any) -> None:
+def _pop_in_a_process(start: Any, url: str, out: Any) -> None:
     async def run() -> list[Any]:
         with victor_actors.connect(url) as client:
             session = VictorActorsSession("pops", client)
@@ -239,28 +257,16 @@ def _pop_in_a_process(url: str, start: Any, out: Any) -> None:
     out.put(asyncio.run(run()))
 
 
-def test_fifty_concurrent_pops_of_thirty_items_return_each_once_in_processes(tmp_path: Path) -> None:
-    """Five processes, each a client of the owner, pop ten times at once.
-
-    Started by a fork server that imported the SDK once (a clean, single-threaded parent: importing
-    it in each spawned child costs seconds apiece).
-    """
-    url = f"unix://{tmp_path}/owner.sock"
-    ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload(["victor_actors.openai_agents", "test_openai_agents"])
-    with GlobalStateManager.open(tmp_path / "store", listen=url) as owner:
-        asyncio.run(VictorActorsSession("pops", owner).add_items([_item(f"m{i}") for i in range(30)]))
-        start, out = ctx.Event(), ctx.Queue()
-        procs = [ctx.Process(target=_pop_in_a_process, args=(url, start, out)) for _ in range(5)]
-        for p in procs:
-            p.start()
-        start.set()
-        got = [item for _ in procs for item in out.get(timeout=120)]
-        for p in procs:
-            p.join(timeout=60)
-            assert p.exitcode == 0
+def test_fifty_concurrent_pops_of_thirty_items_return_each_once_in_processes(owner_url: str) -> None:
+    """Five worker processes, each a client of the owner process, pop ten times at once."""
+    out = multiprocessing.get_context("fork").Queue()
+    with victor_actors.connect(owner_url) as client:
+        asyncio.run(VictorActorsSession("pops", client).add_items([_item(f"m{i}") for i in range(30)]))
+        fork_clients(_pop_in_a_process, [(owner_url, out)] * 5)
+        got = [item for _ in range(5) for item in out.get(timeout=60)]
         assert sorted(i["content"] for i in got if i is not None) == sorted(f"m{i}" for i in range(30))
         assert got.count(None) == 20
+        assert asyncio.run(VictorActorsSession("pops", client).get_items()) == []
 
 
 # -- 3. the written contract ------------------------------------------------------------------------------
@@ -336,6 +342,16 @@ def test_a_cancelled_write_settles_before_the_cancel(tmp_path: Path) -> None:
 
 def test_the_sdks_runner_on_our_session_and_a_run_rolled_back_with_it(manager: Any) -> None:
     """Runner.run with a scripted model keeps its turns in the scope; a failed run undoes its turn."""
+    _drive_the_runner(manager)
+
+
+def test_the_sdks_runner_through_a_client_of_an_owner_process(owner_url: str) -> None:
+    """The same, with the store encrypted and owned by another process."""
+    with victor_actors.connect(owner_url) as client:
+        _drive_the_runner(client)
+
+
+def _drive_the_runner(manager: Any) -> None:
     async def go() -> None:
         model = ScriptedModel()
         agent = Agent(name="helper", model=model)
