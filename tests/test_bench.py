@@ -451,7 +451,7 @@ def test_a_skipped_langgraph_peer_leaves_only_its_rows_without_a_ratio() -> None
 
 def test_the_sdk_rows_divide_ours_by_each_sdks_own_store_and_a_missing_sdk_says_so() -> None:
     side = {"one_per_s": 200.0, "one_p50_us": 2_000.0, "many_per_s": 800.0}
-    theirs = {"one_per_s": 100.0, "one_p50_us": 4_000.0, "many_per_s": 1_600.0}
+    theirs = {"one_per_s": 100.0, "one_p50_us": 4_000.0, "many_per_s": 1_600.0, "many_errors": 3}
     results = {
         "sdk": {
             "rounds": 2,
@@ -466,6 +466,9 @@ def test_the_sdk_rows_divide_ours_by_each_sdks_own_store_and_a_missing_sdk_says_
         "sdk_adk_one": 2.0, "sdk_adk_p50": 0.5, "sdk_adk_many": 0.5,
     }  # fmt: skip
     assert by_id["sdk_openai_one"]["note"] == "openai-agents is not installed"
+    # calls a store refused under contention (SQLite's "database is locked") are shown, not hidden
+    assert by_id["sdk_adk_many"]["note"].endswith("calls refused (ours, theirs): 0, 3")
+    assert "refused" not in by_id["sdk_adk_one"]["note"]
     verdicts = {t["id"]: (t["verdict"], t["why"]) for t in targets if t["id"].startswith("sdk_")}
     assert verdicts["sdk_adk_one"] == ("MET", "") and verdicts["sdk_adk_p50"] == ("MET", "")
     assert verdicts["sdk_adk_many"][0] == "MISSED" and "800/s vs 1,600/s" in verdicts["sdk_adk_many"][1]

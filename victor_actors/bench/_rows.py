@@ -311,6 +311,9 @@ def _sdk(key: str, what: str) -> Callable[[Json], tuple[float, float, str]]:
     def values(r: Json) -> tuple[float, float, str]:
         e = r["subjects"][key]
         note = f"vs {e['peer']} ({e['version']}); median of {r['rounds']} interleaved rounds"
+        refused = {side: e[side].get("many_errors", 0) for side in ("ours", "theirs")}
+        if what.startswith("many") and any(refused.values()):
+            note += f"; calls refused (ours, theirs): {refused['ours']}, {refused['theirs']}"
         return float(e["ours"][what]), float(e["theirs"][what]), note
 
     return values
