@@ -17,7 +17,8 @@ import importlib.util
 if importlib.util.find_spec("langgraph") is None:  # pragma: no cover - only without the extra
     raise ImportError("victor_actors.langgraph needs LangGraph: pip install 'victor-actors[langgraph]'")
 
+from victor_actors.langgraph._errors import ThreadDeletedError
 from victor_actors.langgraph._saver import VictorActorsSaver
 from victor_actors.langgraph._serde import DisallowedTypeError, StrictSerializer
 
-__all__ = ["DisallowedTypeError", "StrictSerializer", "VictorActorsSaver"]
+__all__ = ["DisallowedTypeError", "StrictSerializer", "ThreadDeletedError", "VictorActorsSaver"]

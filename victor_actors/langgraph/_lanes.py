@@ -108,7 +108,7 @@ class Job:
     A ``WHOLE`` job has no ``build``: its leader calls ``run()``, alone.
     """
 
-    __slots__ = ("_event", "_future", "_loop", "build", "cid", "error", "kind", "run", "state")
+    __slots__ = ("_event", "_future", "_loop", "build", "cid", "error", "kind", "parent", "run", "state")
 
     def __init__(
         self,
@@ -116,9 +116,11 @@ class Job:
         cid: str,
         build: Callable[[View], list[StateTransition] | None] | None = None,
         run: Callable[[], None] | None = None,
+        parent: str | None = None,
     ) -> None:
         self.kind = kind  # "put", "writes", "copy" or WHOLE
         self.cid = cid
+        self.parent = parent  # a put's parent checkpoint id
         self.build = build
         self.run = run
         self.error: BaseException | None = None

@@ -8,13 +8,18 @@ newest segment; once it holds ``segment_keys`` keys, the next new checkpoint
 opens the next segment, and the full one is never written again (see
 docs/adr/0019). The team lists its namespaces: ``ns/<namespace>`` is
 ``True`` for one segment (the layout before segments) or the number of
-segments. Each segment's key-value state holds, as plain storable values:
+segments; ``deleted`` is the thread's tombstone (the cut-off id of its last
+``delete_thread``, docs/adr/0025) and ``touched`` the time of its last read a
+TTL sweep wrote down. Each segment's key-value state holds, as plain storable
+values:
 
 =========================  ==================================================
 ``latest``                 the newest checkpoint id when this segment was the
                            newest (the newest segment's is the namespace's)
 ``c/<checkpoint id>``      ``{"c": checkpoint without values, "m": metadata,
-                           "p": parent id, "r": run id, "v": channel versions}``
+                           "p": parent id, "r": run id, "v": channel versions,
+                           "d": DeltaChannel names the metadata counts,
+                           "t": the time it was put}``
 ``b/<channel>/<version>``  one channel value, written once per version
 ``compacted``              how often the store copy was compacted (bookkeeping)
 ``wt/<checkpoint id>``     the task ids with pending writes for a checkpoint
@@ -53,9 +58,12 @@ from victor_actors import (
 
 __all__ = [
     "COMPACTED",
+    "DELETED",
     "LATEST",
     "NS_PREFIX",
+    "TOUCHED",
     "blob_key",
+    "channel_of_blob",
     "check_names",
     "check_text",
     "checkpoint_ids",
@@ -65,6 +73,7 @@ __all__ = [
     "empty",
     "keep_only",
     "pack",
+    "populated",
     "record_key",
     "record_of",
     "segment_count",
@@ -75,10 +84,13 @@ __all__ = [
     "untyped",
     "update",
     "write_key",
+    "write_rows",
     "write_tasks_key",
 ]
 
 LATEST = "latest"
+DELETED = "deleted"  # a thread's tombstone, in its team: the cut-off id of its last deletion
+TOUCHED = "touched"  # in a thread's team: the time of its last read a TTL sweep wrote down
 COMPACTED = "compacted"  # a segment's bookkeeping counter (see Segments.compact); no checkpoint data
 NS_PREFIX = "ns/"
 TEAM_PREFIX = "lg:"
@@ -177,6 +189,13 @@ def blob_key(channel: str, version: Any) -> str:
     return f"b/{_esc(channel)}/{_esc(str(version))}"
 
 
+def channel_of_blob(key: str) -> str | None:
+    """The channel of a ``b/<channel>/<version>`` key, or None for another key."""
+    if not key.startswith("b/"):
+        return None
+    return _unesc(key[2:].split("/", 1)[0])
+
+
 def write_tasks_key(checkpoint_id: str) -> str:
     return "wt/" + _esc(checkpoint_id)
 
@@ -239,6 +258,30 @@ def untyped(value: Any) -> tuple[str, bytes]:
     raise CheckpointCorruptError("a LangGraph channel value is in no known form")
 
 
+def populated(state: Mapping[str, Any], channel: str, version: Any) -> bool:
+    """Whether a segment stores a value (not the ``empty`` marker) for a channel at a version."""
+    blob = state.get(blob_key(channel, version))
+    return blob is not None and untyped(blob)[0] != "empty"
+
+
+def write_rows(state: Mapping[str, Any], checkpoint_id: str) -> list[tuple[str, str, int, str, str, bytes]]:
+    """A checkpoint's pending writes as ``(task path, task id, idx, channel, type, bytes)`` rows.
+
+    In LangGraph's ``writes_sort_key`` order, (task path, task id, idx): the
+    order a super-step applies its tasks' writes in.
+    """
+    rows = []
+    for task_id in state.get(write_tasks_key(checkpoint_id)) or ():
+        stored = state.get(write_key(checkpoint_id, task_id))
+        if stored is not None:
+            entry = record_of(stored)
+            path = entry["p"]
+            for idx, channel, type_, data in entry["w"]:
+                rows.append((path, task_id, idx, channel, type_, data))
+    rows.sort(key=lambda row: row[:3])
+    return rows
+
+
 def update(key: str, value: Any) -> StateTransition:
     return StateTransition(TransitionType.UPDATE_STATE, {"key": key, "value": value})
 
@@ -291,15 +334,18 @@ def drop_checkpoints(
     return out
 
 
-def keep_only(state: Mapping[str, Any], cid: str | None, *, keep_latest_key: bool) -> list[StateTransition]:
-    """Delete everything of a segment but checkpoint ``cid`` (if it holds it), its writes and values.
+def keep_only(
+    state: Mapping[str, Any], cids: Collection[str], *, keep_latest_key: bool
+) -> list[StateTransition]:
+    """Delete everything of a segment but the checkpoints ``cids`` it holds, their writes and values.
 
     ``latest`` stays with ``keep_latest_key``.
     """
     keep = {LATEST} if keep_latest_key else set()
-    record = state.get(record_key(cid)) if cid is not None else None
-    if record is not None and cid is not None:
-        keep |= {record_key(cid), *_writes_keys(state, cid), *_blobs_of(record)}
+    for cid in cids:
+        record = state.get(record_key(cid))
+        if record is not None:
+            keep |= {record_key(cid), *_writes_keys(state, cid), *_blobs_of(record)}
     return [delete(key) for key in state if key not in keep]
 
 

@@ -15,6 +15,7 @@ segment 0, so a roll-over never writes to a frozen segment again.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Iterator
 
@@ -29,6 +30,8 @@ from victor_actors import (
 from victor_actors.langgraph import _layout as L
 
 __all__ = ["Segments"]
+
+logger = logging.getLogger("victor_actors")
 
 
 class Segments:
@@ -72,6 +75,47 @@ class Segments:
         """How many segments the namespace has (1 for one never written)."""
         team = self._find(StateScope.TEAM, L.team_id(thread_id))
         return 1 if team is None else L.segment_count(team.snapshot().state.get(L.NS_PREFIX + ns))
+
+    def team(self, thread_id: str) -> ScopeHandle | None:
+        """The thread's team scope, or None if it was never created. Creates nothing."""
+        return self._find(StateScope.TEAM, L.team_id(thread_id))
+
+    def tombstone(self, thread_id: str) -> str | None:
+        """The thread's tombstone (see ``_threadops``): the cut-off id of its last deletion, or None."""
+        team = self._find(StateScope.TEAM, L.team_id(thread_id))
+        if team is None:
+            return None
+        value = team.snapshot().state.get(L.DELETED)
+        return value if isinstance(value, str) else None
+
+    def listed(self, thread_id: str) -> list[str]:
+        """Every namespace the thread's team lists, openable or not."""
+        team = self._find(StateScope.TEAM, L.team_id(thread_id))
+        if team is None:
+            return []
+        prefix = L.NS_PREFIX
+        return sorted(key[len(prefix) :] for key in team.snapshot().state if key.startswith(prefix))
+
+    def namespaces(self, thread_id: str) -> list[str]:
+        """The namespaces of a thread that can hold checkpoints.
+
+        A namespace an older saver listed before finding its scope id too long
+        (or not storable) never got a scope, so it holds nothing: it is skipped,
+        with a warning, so that it cannot break reads and deletes of the
+        thread (``delete_thread`` also unlists it).
+        """
+        out = []
+        for ns in self.listed(thread_id):
+            if self.openable(thread_id, ns):
+                out.append(ns)
+            else:
+                logger.warning(
+                    "LangGraph thread %r lists namespace %r, whose scope id cannot exist: skipped (it holds "
+                    "nothing)",
+                    thread_id[:60],
+                    ns[:60],
+                )
+        return out
 
     def known(self, thread_id: str, ns: str) -> bool:
         """Whether every segment of the namespace has a handle here (a read then does no I/O)."""

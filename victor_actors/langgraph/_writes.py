@@ -19,6 +19,7 @@ from typing import Any
 
 from victor_actors import ContextSnapshot, ScopeHandle, StateTransition, VersionConflictError
 from victor_actors.langgraph import _layout as L
+from victor_actors.langgraph._errors import ThreadDeletedError
 from victor_actors.langgraph._lanes import WHOLE, Job, Lane, Lanes, View
 from victor_actors.langgraph._segments import Segments
 from victor_actors.lowlevel import MapView, Step, StepGen, drive
@@ -126,24 +127,41 @@ class Writer:
             if not lane.hand_off():
                 return
 
-    def _write_segments(self, lane: Lane, thread_id: str, ns: str) -> builtins.list[ScopeHandle]:
-        """The lane's segments, oldest first, opened if needed and checked against the team's count."""
+    def _write_segments(
+        self, lane: Lane, thread_id: str, ns: str, jobs: builtins.list[Job]
+    ) -> tuple[builtins.list[ScopeHandle], builtins.list[Job]]:
+        """The lane's segments, oldest first, opened if needed and checked against the team's count.
+
+        And the jobs that are not late writes to a deleted thread: those are
+        refused here, before the namespace is listed or its scope created
+        (the round checks again once it is listed, see ``_threadops``).
+        """
+        tombstone = self.segments.tombstone(thread_id)
+        if tombstone is not None:
+            held = [h.snapshot().state for h in self.segments.newest_first(thread_id, ns)]
+            jobs = self._refuse_late(jobs, thread_id, tombstone, held)
+            if not jobs:
+                return [], jobs
         segments = lane.segments
         if segments is None or self.segments.count(thread_id, ns) != len(segments):
             segments = self.segments.for_write(thread_id, ns)
             lane.segments = segments
-        return segments
+        return segments, jobs
 
-    async def _awrite_segments(self, lane: Lane, thread_id: str, ns: str) -> builtins.list[ScopeHandle]:
+    async def _awrite_segments(
+        self, lane: Lane, thread_id: str, ns: str, jobs: builtins.list[Job]
+    ) -> tuple[builtins.list[ScopeHandle], builtins.list[Job]]:
         segments = lane.segments
-        if segments is not None and self.segments.known(thread_id, ns):
+        if segments is not None and self.segments.known(thread_id, ns):  # no I/O: the team is known too
             if self.segments.count(thread_id, ns) == len(segments):
-                return segments
-        return await asyncio.to_thread(self._write_segments, lane, thread_id, ns)
+                return self._write_segments(lane, thread_id, ns, jobs)
+        return await asyncio.to_thread(self._write_segments, lane, thread_id, ns, jobs)
 
     def _round(self, lane: Lane, thread_id: str, ns: str, jobs: builtins.list[Job]) -> StepGen[None]:
         """Place the jobs in their segments (rolling over a full newest one), then commit each group."""
-        segments = yield Step(self._write_segments, self._awrite_segments, lane, thread_id, ns)
+        segments, jobs = yield Step(self._write_segments, self._awrite_segments, lane, thread_id, ns, jobs)
+        if not jobs:
+            return
         cache: dict[int, MapView] = {}
 
         def state(i: int) -> MapView:  # older segments are read only when a job needs them
@@ -152,6 +170,11 @@ class Writer:
             return cache[i]
 
         newest = len(segments) - 1
+        tombstone = self.segments.tombstone(thread_id)  # read after the namespace is listed: see _threadops
+        if tombstone is not None:
+            jobs = self._refuse_late(jobs, thread_id, tombstone, [state(i) for i in range(newest, -1, -1)])
+            if not jobs:
+                return
         latest = latest_of(state(i) for i in range(newest, -1, -1))
         places: builtins.list[int | None] = []
         for job in jobs:
@@ -178,6 +201,38 @@ class Writer:
             groups.setdefault(last if p is None else p, []).append(job)
         for index in sorted(groups, reverse=True):
             yield from self._commit_jobs(segments[index], groups[index], index == last, latest)
+
+    @staticmethod
+    def _refuse_late(
+        jobs: builtins.list[Job], thread_id: str, tombstone: str, states: builtins.list[MapView]
+    ) -> builtins.list[Job]:
+        """The jobs that are not late writes to a deleted thread; the others get ``ThreadDeletedError``.
+
+        Late: a ``put`` or ``put_writes`` naming a checkpoint (its own, or a
+        put's parent) made before the deletion (its id sorts at or before the
+        tombstone's) that the namespace does not hold.
+        """
+        kept = []
+        for job in jobs:
+            named = [job.cid, job.parent] if job.kind == "put" else [job.cid] if job.kind == "writes" else []
+            late = next(
+                (
+                    cid
+                    for cid in named
+                    if cid and cid <= tombstone and not any(L.record_key(cid) in s for s in states)
+                ),
+                None,
+            )
+            if late is None:
+                kept.append(job)
+                continue
+            job.error = ThreadDeletedError(
+                f"LangGraph thread {thread_id[:80]!r} was deleted after checkpoint {late[:80]!r} was made, "
+                f"and no longer holds it: this late {job.kind} was refused and nothing was written",
+                thread_id=thread_id,
+                checkpoint_id=late,
+            )
+        return kept
 
     def _commit_jobs(
         self, handle: ScopeHandle, jobs: builtins.list[Job], active: bool, latest: str | None
