@@ -2,9 +2,11 @@
 
 ``VictorActorsSaver`` implements LangGraph's ``BaseCheckpointSaver``, sync and
 asyncio, with the extended operations (``delete_for_runs``, ``copy_thread``,
-``prune``). Each LangGraph thread is a team scope and each of its checkpoint
-namespaces a chain of conversation scopes (segments), so checkpoints get the
-runtime's guarantees: one writer per scope, group commit in LMDB, crash
+``prune``, DeltaChannel history), tombstones and checkpoint TTL;
+``VictorActorsStore`` LangGraph's long-term ``BaseStore``, versioned. Each
+LangGraph thread is a team scope and each of its checkpoint namespaces a
+chain of conversation scopes (segments), so checkpoints get the runtime's
+guarantees: one writer per scope, group commit in LMDB, crash
 safety, and ``victor-actors inspect``. See ``docs/langgraph.md``.
 
 The core package never imports this module: LangGraph is an optional extra.
@@ -20,5 +22,22 @@ if importlib.util.find_spec("langgraph") is None:  # pragma: no cover - only wit
 from victor_actors.langgraph._errors import ThreadDeletedError
 from victor_actors.langgraph._saver import VictorActorsSaver
 from victor_actors.langgraph._serde import DisallowedTypeError, StrictSerializer
+from victor_actors.langgraph._store import (
+    ItemVersionConflictError,
+    StoreItem,
+    StoreSearchItem,
+    VersionedPutOp,
+    VictorActorsStore,
+)
 
-__all__ = ["DisallowedTypeError", "StrictSerializer", "ThreadDeletedError", "VictorActorsSaver"]
+__all__ = [
+    "DisallowedTypeError",
+    "ItemVersionConflictError",
+    "StoreItem",
+    "StoreSearchItem",
+    "StrictSerializer",
+    "ThreadDeletedError",
+    "VersionedPutOp",
+    "VictorActorsSaver",
+    "VictorActorsStore",
+]
