@@ -9,7 +9,7 @@ opens the next segment, and the full one is never written again (see
 docs/adr/0019). The team lists its namespaces: ``ns/<namespace>`` is
 ``True`` for one segment (the layout before segments) or the number of
 segments; ``deleted`` is the thread's tombstone (the cut-off id of its last
-``delete_thread``, docs/adr/0025) and ``touched`` the time of its last read a
+``delete_thread``, docs/adr/0029) and ``touched`` the time of its last read a
 TTL sweep wrote down. Each segment's key-value state holds, as plain storable
 values:
 

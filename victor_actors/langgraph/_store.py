@@ -1,6 +1,6 @@
 """VictorActorsStore: LangGraph's long-term memory store (``BaseStore``) on one scope of the runtime.
 
-Layout (docs/adr/0025): a store is one team scope, ``lgstore:<name>``; each
+Layout (docs/adr/0029): a store is one team scope, ``lgstore:<name>``; each
 item is one key of its state (see ``_items``). One scope, not one per
 namespace, because a ``batch`` must commit across namespaces all or nothing
 and the runtime commits atomically within a scope and its ancestors only:

@@ -18,7 +18,7 @@ the delete's job (it is deleted with the rest) or after it (it sees the
 tombstone); a write to a namespace the delete did not find listed listed it
 after the delete read the listing, so after the tombstone was committed (both
 go through the team's actor, one after the other), and it reads the
-tombstone after listing. See docs/adr/0025.
+tombstone after listing. See docs/adr/0029.
 
 **DeltaChannel.** ``prune`` (keep_latest) keeps, with the newest checkpoint,
 the ancestors its delta channels are rebuilt through, and ``delete_for_runs``
