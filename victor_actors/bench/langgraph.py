@@ -74,14 +74,23 @@ def lg() -> SimpleNamespace:
         "langgraph.checkpoint.memory",
         "langgraph.checkpoint.sqlite",
         "langgraph.graph",
-        "langgraph_checkpoint_lmdb",
         "victor_actors.langgraph",
     )
     if isinstance(modules, str):
         raise SystemExit(f"victor_actors.bench.langgraph: {modules}")
-    base, memory, sqlite, graph, lmdb_saver, ours = modules
+    base, memory, sqlite, graph, ours = modules
+    optional = {}  # peers measured when installed, named as skipped otherwise
+    for name in ("langgraph_checkpoint_lmdb", "langgraph.checkpoint.postgres"):
+        found = peer_modules(name)
+        optional[name] = found if isinstance(found, str) else found[0]
     return SimpleNamespace(
-        base=base, memory=memory, sqlite=sqlite, graph=graph, lmdb_saver=lmdb_saver, ours=ours
+        base=base,
+        memory=memory,
+        sqlite=sqlite,
+        graph=graph,
+        ours=ours,
+        lmdb_saver=optional["langgraph_checkpoint_lmdb"],
+        postgres=optional["langgraph.checkpoint.postgres"],
     )
 
 

@@ -155,15 +155,20 @@ class Lane:
         self.segments: list[Any] | None = None  # the namespace's segment handles, known to the leader
 
     def enter(self, job: Job, loop: asyncio.AbstractEventLoop | None = None) -> bool:
-        """Queue ``job``; True if its caller leads now (the lane was idle)."""
-        if loop is None:
-            job._event = threading.Event()
-        else:
-            job._loop, job._future = loop, loop.create_future()
+        """Queue ``job``; True if its caller leads now (the lane was idle).
+
+        A job that waits gets its event (or future) here, under the lock, so
+        no wake can come before it; a leader's job is never woken and needs
+        none (most jobs of a sequential caller).
+        """
         with self.lock:
             self.queue.append(job)
             self.arrived.notify_all()
             if self.busy:
+                if loop is None:
+                    job._event = threading.Event()
+                else:
+                    job._loop, job._future = loop, loop.create_future()
                 return False
             self.busy = True
             job.state = LEAD

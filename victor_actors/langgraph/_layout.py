@@ -16,7 +16,8 @@ values:
 =========================  ==================================================
 ``latest``                 the newest checkpoint id when this segment was the
                            newest (the newest segment's is the namespace's)
-``c/<checkpoint id>``      ``{"c": checkpoint without values, "m": metadata,
+``c/<checkpoint id>``      ``{"c": checkpoint without values (plain msgpack
+                           bytes, or the serializer's pair), "m": metadata,
                            "p": parent id, "r": run id, "v": channel versions,
                            "d": DeltaChannel names the metadata counts,
                            "t": the time it was put}``
@@ -55,6 +56,7 @@ from victor_actors import (
     TransitionType,
     TransitionValidationError,
 )
+from victor_actors.lowlevel import FrozenDict
 
 __all__ = [
     "COMPACTED",
@@ -67,12 +69,14 @@ __all__ = [
     "check_names",
     "check_text",
     "checkpoint_ids",
+    "checkpoint_of",
     "conv_id",
     "delete",
     "drop_checkpoints",
     "empty",
     "keep_only",
     "pack",
+    "plain",
     "populated",
     "record_key",
     "record_of",
@@ -119,6 +123,8 @@ def check_text(text: str, what: str, field: str) -> str:
     Raises:
         TransitionValidationError: a lone surrogate; names ``what`` and where.
     """
+    if text.isascii():
+        return text
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as exc:
@@ -218,6 +224,39 @@ def pack(record: Mapping[str, Any]) -> bytes:
         ) from None
 
 
+# Anything but str, int, float, bool, None, bytes, and lists and str-keyed mappings of them is refused.
+_PLAIN_ONLY = (
+    ormsgpack.OPT_PASSTHROUGH_BIG_INT
+    | ormsgpack.OPT_PASSTHROUGH_DATACLASS
+    | ormsgpack.OPT_PASSTHROUGH_DATETIME
+    | ormsgpack.OPT_PASSTHROUGH_ENUM
+    | ormsgpack.OPT_PASSTHROUGH_SUBCLASS
+    | ormsgpack.OPT_PASSTHROUGH_TUPLE
+    | ormsgpack.OPT_PASSTHROUGH_UUID
+)
+
+
+def plain(value: Any) -> bytes | None:
+    """``value`` as msgpack bytes if it is plain data (it reads back equal), else None.
+
+    For a checkpoint's own fields (id, timestamps, versions seen): stored as
+    they are, without the serializer's typed pair (whose checks they do not
+    need); anything else (a tuple, a datetime, a class) goes to the
+    serializer.
+    """
+    try:
+        return bytes(ormsgpack.packb(value, option=_PLAIN_ONLY))
+    except (TypeError, ValueError):
+        return None
+
+
+def checkpoint_of(stored: Any) -> Any:
+    """A record's ``c`` field, if it was stored as plain msgpack bytes (see :func:`plain`); else None."""
+    if stored.__class__ is bytes:
+        return ormsgpack.unpackb(stored)
+    return None
+
+
 def record_of(value: Any) -> Mapping[str, Any]:
     """A stored record as a mapping, packed (:func:`pack`) or, from before packing, plain.
 
@@ -282,11 +321,37 @@ def write_rows(state: Mapping[str, Any], checkpoint_id: str) -> list[tuple[str, 
     return rows
 
 
+# Values a transition holds as they are (already immutable and storable); ASCII text needs no UTF-8 check.
+_PLAIN = frozenset({bytes, float, bool, type(None)})
+_NO_META = StateTransition(TransitionType.DELETE_STATE, {"key": "-"}).metadata
+
+
+def _trusted(ttype: TransitionType, data: dict[str, Any]) -> StateTransition:
+    """A transition built as the core builds a valid one, without checking again what the caller checked.
+
+    Only for an ASCII ``key`` and a value of a plain immutable type: what the
+    core's validation would accept unchanged (``tests/test_langgraph_layout.py``
+    checks that both build equal transitions). It is most of a put's own CPU
+    otherwise: a put builds four.
+    """
+    transition = StateTransition.__new__(StateTransition)
+    transition.__attrs_init__(ttype, FrozenDict._wrap(data, 1), _NO_META)
+    return transition
+
+
 def update(key: str, value: Any) -> StateTransition:
+    if (
+        key.__class__ is str
+        and key.isascii()
+        and (value.__class__ in _PLAIN or (value.__class__ is str and value.isascii()))
+    ):
+        return _trusted(TransitionType.UPDATE_STATE, {"key": key, "value": value})
     return StateTransition(TransitionType.UPDATE_STATE, {"key": key, "value": value})
 
 
 def delete(key: str) -> StateTransition:
+    if key.__class__ is str and key.isascii() and key:
+        return _trusted(TransitionType.DELETE_STATE, {"key": key})
     return StateTransition(TransitionType.DELETE_STATE, {"key": key})
 
 

@@ -156,6 +156,7 @@ class VictorActorsSaver(BaseCheckpointSaver[str]):  # type: ignore[misc, unused-
             self._segments, segment_keys=segment_keys, linger=self.writes_linger, timeout=timeout
         )
         self._ops = ThreadOps(manager, self._segments, self._writer, self._loads, timeout)
+        self._names_ok: set[tuple[str, str]] = set()
         self.ttl = check_ttl(ttl)
         self._clock = clock
         self._activity = Activity.of(manager)
@@ -255,6 +256,12 @@ class VictorActorsSaver(BaseCheckpointSaver[str]):  # type: ignore[misc, unused-
                     out.append((thread, ns, segments, only_id))
         return out
 
+    def _check_names(self, thread_id: str, ns: str) -> None:
+        """``L.check_names``, once per thread and namespace this saver wrote (a put checks it every time)."""
+        if (thread_id, ns) not in self._names_ok:
+            L.check_names(thread_id, ns)
+            self._names_ok.add((thread_id, ns))
+
     # -- put ---------------------------------------------------------------------
 
     def _put(
@@ -266,7 +273,7 @@ class VictorActorsSaver(BaseCheckpointSaver[str]):  # type: ignore[misc, unused-
     ) -> StepGen[RunnableConfig]:
         """:meth:`put` and :meth:`aput`, once."""
         thread_id, ns, parent = _conf(config)
-        L.check_names(thread_id, ns)  # before the namespace is listed in its thread
+        self._check_names(thread_id, ns)  # before the namespace is listed in its thread
         now = self._clock()
         cid = L.check_text(str(checkpoint["id"]), "the checkpoint id", "checkpoint_id")
         rest = cast(dict[str, Any], dict(checkpoint))
@@ -282,7 +289,7 @@ class VictorActorsSaver(BaseCheckpointSaver[str]):  # type: ignore[misc, unused-
             for ch, ver in new_versions.items()
         ]
         record = {
-            "c": self._dumps(rest),
+            "c": L.plain(rest) or self._dumps(rest),
             "m": self._dumps(merged),
             "p": parent,
             "r": run_id if isinstance(run_id, str) else None,
@@ -341,7 +348,7 @@ class VictorActorsSaver(BaseCheckpointSaver[str]):  # type: ignore[misc, unused-
         thread_id, ns, cid = _conf(config)
         if cid is None:
             raise ValueError("put_writes needs configurable.checkpoint_id")
-        L.check_names(thread_id, ns)
+        self._check_names(thread_id, ns)
         task_id = L.check_text(str(task_id), "the task id", "task_id")
         task_path = L.check_text(str(task_path), "the task path", "task_path")
         entries = []
@@ -636,7 +643,9 @@ class VictorActorsSaver(BaseCheckpointSaver[str]):  # type: ignore[misc, unused-
         if stored is None:
             return None
         record = L.record_of(stored)
-        checkpoint = self._loads(record["c"])
+        checkpoint = L.checkpoint_of(record["c"])
+        if checkpoint is None:
+            checkpoint = self._loads(record["c"])
         versions = dict(record["v"])  # channel -> version: str, int or float, nothing to thaw
         values = {}
         for channel, version in versions.items():

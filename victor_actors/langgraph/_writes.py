@@ -129,28 +129,32 @@ class Writer:
 
     def _write_segments(
         self, lane: Lane, thread_id: str, ns: str, jobs: builtins.list[Job]
-    ) -> tuple[builtins.list[ScopeHandle], builtins.list[Job]]:
+    ) -> tuple[builtins.list[ScopeHandle], builtins.list[Job], bool]:
         """The lane's segments, oldest first, opened if needed and checked against the team's count.
 
         And the jobs that are not late writes to a deleted thread: those are
-        refused here, before the namespace is listed or its scope created
-        (the round checks again once it is listed, see ``_threadops``).
+        refused here, before the namespace is listed or its scope created.
+        The last item says whether the segments were (re)opened, which may
+        have listed the namespace just now: then the round checks again (see
+        ``_threadops``). A lane that knew its segments before wrote to a
+        namespace already listed, and the check here is enough.
         """
         tombstone = self.segments.tombstone(thread_id)
         if tombstone is not None:
             held = [h.snapshot().state for h in self.segments.newest_first(thread_id, ns)]
             jobs = self._refuse_late(jobs, thread_id, tombstone, held)
             if not jobs:
-                return [], jobs
+                return [], jobs, False
         segments = lane.segments
-        if segments is None or self.segments.count(thread_id, ns) != len(segments):
+        fresh = segments is None or self.segments.count(thread_id, ns) != len(segments)
+        if segments is None or fresh:
             segments = self.segments.for_write(thread_id, ns)
             lane.segments = segments
-        return segments, jobs
+        return segments, jobs, fresh
 
     async def _awrite_segments(
         self, lane: Lane, thread_id: str, ns: str, jobs: builtins.list[Job]
-    ) -> tuple[builtins.list[ScopeHandle], builtins.list[Job]]:
+    ) -> tuple[builtins.list[ScopeHandle], builtins.list[Job], bool]:
         segments = lane.segments
         if segments is not None and self.segments.known(thread_id, ns):  # no I/O: the team is known too
             if self.segments.count(thread_id, ns) == len(segments):
@@ -159,7 +163,8 @@ class Writer:
 
     def _round(self, lane: Lane, thread_id: str, ns: str, jobs: builtins.list[Job]) -> StepGen[None]:
         """Place the jobs in their segments (rolling over a full newest one), then commit each group."""
-        segments, jobs = yield Step(self._write_segments, self._awrite_segments, lane, thread_id, ns, jobs)
+        found = yield Step(self._write_segments, self._awrite_segments, lane, thread_id, ns, jobs)
+        segments, jobs, fresh = found
         if not jobs:
             return
         cache: dict[int, MapView] = {}
@@ -170,7 +175,7 @@ class Writer:
             return cache[i]
 
         newest = len(segments) - 1
-        tombstone = self.segments.tombstone(thread_id)  # read after the namespace is listed: see _threadops
+        tombstone = self.segments.tombstone(thread_id) if fresh else None  # after listing: see _threadops
         if tombstone is not None:
             jobs = self._refuse_late(jobs, thread_id, tombstone, [state(i) for i in range(newest, -1, -1)])
             if not jobs:
