@@ -76,6 +76,11 @@ BENCHMARKS: dict[str, Bench] = {
             needs=("ray",),
             default=False,
         ),
+        Bench(
+            "remote",
+            "one owner process, client processes over a unix socket: pipelined aapply from 1 and 4 clients "
+            "and apply latency vs the same in the owner, in memory and LMDB sync; the owner's CPU per commit",
+        ),
     )
 }
 

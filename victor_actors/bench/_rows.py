@@ -309,6 +309,69 @@ def _ray_scope_memory(r: Json) -> tuple[float, float, str]:
     return float(s["shard"]["bytes_per_conversation"]), float(s["local"]["bytes_per_conversation"]), note
 
 
+_REMOTE_LABEL = {"sync": "LMDB sync", "mem": "in memory"}
+
+
+def _remote_rate(kind: str, durability: str) -> Callable[[Json], tuple[float, float, str]]:
+    def values(r: Json) -> tuple[float, float, str]:
+        cfg, rates = r["config"], r["rate"][durability]
+        o, base = rates[kind], rates["inproc"]
+        median = o["median_per_s"] / base["median_per_s"]
+        note = (
+            f"{cfg['commits']:,} commits over {cfg['conversations']} conversations, {cfg['inflight']:,} in "
+            f"flight; {o['ops_per_call']:,.0f} ops per call; best of {len(o['rounds'])} "
+            f"(medians: {median:.2f}x)"
+        )
+        return float(o["per_s"]), float(base["per_s"]), note
+
+    return values
+
+
+def _remote_apply(stat: str, durability: str) -> Callable[[Json], tuple[float, float, str]]:
+    def values(r: Json) -> tuple[float, float, str]:
+        lt = r["latency"][durability]
+        ping = lt["ping"]["median_us"]
+        note = f"{lt['one']['n']:,} calls each; a client's ping (no commit) p50 {ping:,.0f} us"
+        return float(lt["one"][stat]), float(lt["inproc"][stat]), note
+
+    return values
+
+
+def _remote_cpu(durability: str) -> Callable[[Json], tuple[float, float, str]]:
+    def values(r: Json) -> tuple[float, float, str]:
+        rates = r["rate"][durability]
+        four = rates["four"]
+        note = (
+            f"with 1 client the owner's is {rates['one']['owner_cpu_us_per_commit']:,.0f} us; the 4 "
+            f"clients' own {four['clients_cpu_us_per_commit']:,.0f} us"
+        )
+        return float(four["owner_cpu_us_per_commit"]), float(rates["inproc"]["owner_cpu_us_per_commit"]), note
+
+    return values
+
+
+def _remote_rows() -> tuple[RowSpec, ...]:
+    rows = []
+    for d in ("sync", "mem"):
+        label = _REMOTE_LABEL[d]
+        rows += [
+            RowSpec(f"remote_one_{d}", "remote",
+                    f"pipelined aapply, 1 client process / in the owner, {label}", "ops/s", "higher",
+                    _remote_rate("one", d)),
+            RowSpec(f"remote_four_{d}", "remote",
+                    f"pipelined aapply, 4 client processes / in the owner, {label}", "ops/s", "higher",
+                    _remote_rate("four", d)),
+            RowSpec(f"remote_p50_{d}", "remote", f"apply p50 from a client / in the owner, {label}", "us",
+                    "lower", _remote_apply("median_us", d)),
+            RowSpec(f"remote_p99_{d}", "remote", f"apply p99 from a client / in the owner, {label}", "us",
+                    "lower", _remote_apply("p99_us", d)),
+            RowSpec(f"remote_cpu_{d}", "remote",
+                    f"owner CPU per commit, 4 clients / the owner running the load, {label}", "us", "lower",
+                    _remote_cpu(d)),
+        ]  # fmt: skip
+    return tuple(rows)
+
+
 _R = RowSpec
 ROWS: tuple[RowSpec, ...] = (
     _R("apply_p50", "core", "apply round trip p50 / pykka echo ask p50", "us", "lower",
@@ -439,4 +502,5 @@ ROWS: tuple[RowSpec, ...] = (
        _ray_shard_memory),
     _R("ray_scope_memory", "ray", "anon B per conversation in a shard / in a local manager", "B", "lower",
        _ray_scope_memory),
+    *_remote_rows(),
 )  # fmt: skip

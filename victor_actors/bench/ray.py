@@ -38,7 +38,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from victor_actors import GlobalStateManager, TransitionBatch
-from victor_actors.bench._common import ns, quick_and_json, version_of
+from victor_actors.bench._common import cpu_seconds, ns, quick_and_json, version_of
 from victor_actors.bench._machine import git_commit, load_average, source_checkout
 
 __all__ = ["main", "paper_model"]
@@ -105,17 +105,6 @@ def pss_bytes(pid: int) -> int:
 def anon_bytes(pid: int) -> int:
     """A process's anonymous resident memory (heap, stacks; no mapped files)."""
     return _status(pid, "RssAnon")
-
-
-def cpu_seconds(pid: int) -> float:
-    """User plus system CPU time a process has used so far (0.0 if it is gone)."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
-            stat = fh.read()
-    except OSError:
-        return 0.0
-    fields = stat[stat.rfind(")") + 2 :].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def descendants(root: int) -> list[int]:

@@ -40,7 +40,8 @@ from victor_actors._errors import (
 from victor_actors._handle import _transitions
 from victor_actors._model import GLOBAL_REF, ScopeRef, StateScope, StateTransition, TransitionBatch
 from victor_actors._rollback import RollbackReport, RunFailedError, RunTimeoutError, ScopeRollback
-from victor_actors._state import ContextSnapshot, StateChanged
+from victor_actors._snapshot import ContextSnapshot
+from victor_actors._state import StateChanged
 from victor_actors.ray import _wire as w
 from victor_actors.ray._placement import HOME, Address, ref_of, shard_for
 from victor_actors.ray._run import RayRun, RunWrite, refused

@@ -23,7 +23,9 @@ do not survive a fork, and two processes must never share one connection.
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
+import itertools
 import os
 import threading
 import time
@@ -48,7 +50,7 @@ from victor_actors.remote._transport import Transport
 
 T = TypeVar("T")
 
-__all__ = ["IN_FLIGHT", "MAX_OPS", "RETRY_PAUSE", "Client", "Subscription"]
+__all__ = ["IN_FLIGHT", "MAX_OPS", "RETRY_PAUSE", "Client", "Subscription", "batch_id"]
 
 IN_FLIGHT = 2  # calls outstanding per owner
 MAX_OPS = 1000  # operations per call
@@ -57,6 +59,19 @@ WRITES = frozenset({"apply", "commit", "restore", "checkpoint", "compact", "roll
 NOT_RETRIED = frozenset({"fork"})  # not idempotent: a second attempt would find the first one's fork
 
 _clients: weakref.WeakSet[Client] = weakref.WeakSet()
+# What forked children inherited from their parent's clients: held, never finalized (see _after_fork)
+_INHERITED: list[Any] = []
+_Pairs = list[tuple[asyncio.Future[Any], asyncio.Future[Any]]]  # (the client's future, the caller's)
+_batch_prefix = os.urandom(10).hex()  # this process's own; a forked child draws another
+_batch_seq = itertools.count(1)
+
+
+def batch_id() -> str:
+    """A new id for a batch, unique among every process's (a random per-process prefix and a count).
+
+    Cheaper than ``uuid4()``, which asks the kernel for randomness on every request.
+    """
+    return f"{_batch_prefix}{next(_batch_seq):x}"
 
 
 class _Item:
@@ -235,6 +250,10 @@ class Client:
         self._events: list[tuple[Subscription, StateChanged]] = []
         self._events_cv = threading.Condition()
         self._loop = asyncio.new_event_loop()
+        # requests handed over from callers' loops and replies handed back: one wake-up per burst
+        self._inbox: collections.deque[Callable[[], None]] = collections.deque()
+        self._inbox_armed = False
+        self._replies: dict[asyncio.AbstractEventLoop, _Pairs] = {}
         started = threading.Event()
         self._thread = threading.Thread(
             target=self._run_loop, args=(started,), name="victor-actors-client", daemon=True
@@ -252,7 +271,16 @@ class Client:
             self._start_poller(owner)
 
     def _after_fork(self) -> None:
-        """In a forked child: nothing of the parent's loop or connections is usable; start afresh."""
+        """In a forked child: nothing of the parent's loop or connections is usable; start afresh.
+
+        The parent's loop, transports and lanes are kept referenced, never
+        closed or collected here: the child shares their file descriptions
+        with the parent (the loop's epoll instance, its self-pipe, the
+        sockets), and closing the loop in the child would remove the self-pipe
+        from the epoll set the parent still waits on, so the parent's loop
+        would never wake again.
+        """
+        _INHERITED.append((self._loop, self._transports, self._lanes, self._thread, self._delivery))
         self._start()
 
     def _run_loop(self, started: threading.Event) -> None:
@@ -303,21 +331,55 @@ class Client:
             running = None
         if running is self._loop or running is None:
             return await self._ask_here(owner, op, wait)
-        # From the caller's own loop: hand the request to the client's loop and get the answer back
-        # with one call_soon_threadsafe each way (no task, no wait_for on the hot path).
+        # From the caller's own loop: hand the request to the client's loop and get the answer back,
+        # no task and no wait_for on the hot path; the requests a caller's loop sends in one burst
+        # wake the client's loop once, and the replies that arrive together wake the caller's once
+        # (a self-pipe write and a thread wake-up each, dearer than the rest of the hand-over).
         answer: asyncio.Future[Any] = running.create_future()
 
         def deliver(src: asyncio.Future[Any]) -> None:  # on the client's loop
-            try:
-                running.call_soon_threadsafe(_copy_outcome, src, answer)
-            except RuntimeError:  # the caller's loop is closed: nobody waits any more
-                pass
+            pending = self._replies.get(running)
+            if pending is None:
+                self._replies[running] = [(src, answer)]
+                if len(self._replies) == 1:
+                    self._loop.call_soon(self._send_replies)
+            else:
+                pending.append((src, answer))
 
         def submit() -> None:
             self._submit(owner, op, wait).add_done_callback(deliver)
 
-        self._loop.call_soon_threadsafe(submit)
+        self._post(submit)
         return await answer
+
+    def _post(self, fn: Callable[[], None]) -> None:
+        """Run ``fn`` on the client's loop (from any thread); a burst of posts wakes the loop once."""
+        self._inbox.append(fn)
+        if not self._inbox_armed:
+            self._inbox_armed = True
+            try:
+                self._loop.call_soon_threadsafe(self._take_inbox)
+            except RuntimeError:
+                self._inbox_armed = False
+                raise
+
+    def _take_inbox(self) -> None:  # on the client's loop
+        self._inbox_armed = False  # first: a post from now on wakes the loop again
+        inbox = self._inbox
+        while inbox:
+            fn = inbox.popleft()
+            try:
+                fn()
+            except Exception as exc:  # as the loop would have treated a callback of its own
+                self._loop.call_exception_handler({"message": "a client request failed", "exception": exc})
+
+    def _send_replies(self) -> None:  # on the client's loop
+        replies, self._replies = self._replies, {}
+        for loop, pairs in replies.items():
+            try:
+                loop.call_soon_threadsafe(_copy_outcomes, pairs)
+            except RuntimeError:  # the caller's loop is closed: nobody waits any more
+                pass
 
     def _submit(self, owner: int, op: dict[str, Any], wait: float) -> asyncio.Future[Any]:
         """Queue ``op`` on its lane (on the client's loop); the future fails at the deadline if unanswered."""
@@ -521,18 +583,21 @@ def _expire(future: asyncio.Future[Any], lane: Lane, wait: float) -> None:
         )
 
 
-def _copy_outcome(src: asyncio.Future[Any], dst: asyncio.Future[Any]) -> None:
-    if dst.done():
-        return
-    if src.cancelled():
-        dst.cancel()
-    elif src.exception() is not None:
-        dst.set_exception(src.exception())  # type: ignore[arg-type]
-    else:
-        dst.set_result(src.result())
+def _copy_outcomes(pairs: _Pairs) -> None:
+    for src, dst in pairs:
+        if dst.done():
+            continue
+        if src.cancelled():
+            dst.cancel()
+        elif src.exception() is not None:
+            dst.set_exception(src.exception())  # type: ignore[arg-type]
+        else:
+            dst.set_result(src.result())
 
 
 def _mark_forked() -> None:  # pragma: no cover - runs in a forked child
+    global _batch_prefix
+    _batch_prefix = os.urandom(10).hex()  # never the parent's: ids from both would collide
     for client in list(_clients):
         client._pid = -1  # the next call starts the loop and the connections afresh
 

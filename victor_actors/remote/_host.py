@@ -88,10 +88,20 @@ def parse_address(raw: Any) -> Address:
     return (level, ident, wf, team)
 
 
+_REFS: dict[str, ScopeRef] = {}  # refs parsed before: an owner sees the same few scopes again and again
+
+
 def parse_ref(raw: Any) -> ScopeRef:
-    if not isinstance(raw, str):
+    """A scope ref from the wire (``"team:t1"``), checked as ``ScopeRef.parse`` checks it; cached."""
+    if raw.__class__ is not str:
         raise ScopeAccessError(f"a scope on the wire is named by a str, not {type(raw).__name__}")
-    return ScopeRef.parse(raw)
+    ref = _REFS.get(raw)
+    if ref is None:
+        ref = ScopeRef.parse(raw)
+        if len(_REFS) >= 65536:
+            _REFS.clear()
+        _REFS[raw] = ref
+    return ref
 
 
 def tagged(steps: tuple[StateTransition, ...], batch_id: str) -> tuple[StateTransition, ...]:
