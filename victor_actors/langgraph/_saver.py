@@ -28,7 +28,6 @@ from langgraph.checkpoint.serde.base import SerializerProtocol  # type: ignore[i
 
 from victor_actors import (
     GlobalStateManager,
-    ScopeHandle,
     StateTransition,
     TransitionValidationError,
     VictorActorsError,
@@ -37,7 +36,7 @@ from victor_actors.langgraph import _delta
 from victor_actors.langgraph import _layout as L
 from victor_actors.langgraph._lanes import Job, View
 from victor_actors.langgraph._retention import Activity, Retention, check_ttl
-from victor_actors.langgraph._segments import Segments
+from victor_actors.langgraph._segments import Handle, Manager, Segments
 from victor_actors.langgraph._serde import DisallowedTypeError, StrictSerializer
 from victor_actors.langgraph._threadops import ThreadOps
 from victor_actors.langgraph._writes import Writer
@@ -52,7 +51,7 @@ EMPTY = L.typed("empty", b"")  # a channel announced without a value
 SEGMENT_KEYS = 512
 # How long a round of put_writes alone waits for the step's put to share its commit (seconds).
 WRITES_LINGER = 0.0005
-Target = tuple[str, str, "builtins.list[ScopeHandle]", "str | None"]
+Target = tuple[str, str, "builtins.list[Handle]", "str | None"]
 
 
 def _conf(config: RunnableConfig) -> tuple[str, str, str | None]:
@@ -127,7 +126,7 @@ class VictorActorsSaver(BaseCheckpointSaver[str]):  # type: ignore[misc, unused-
 
     def __init__(
         self,
-        manager: GlobalStateManager,
+        manager: Manager,
         *,
         serde: SerializerProtocol | None = None,
         allowed_types: Iterable[tuple[str, ...] | type] = (),

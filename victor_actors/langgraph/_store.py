@@ -52,8 +52,6 @@ from langgraph.store.base.embed import (  # type: ignore[import-not-found, unuse
 
 from victor_actors import (
     ContextSnapshot,
-    GlobalStateManager,
-    ScopeHandle,
     StateTransition,
     TransitionType,
     TransitionValidationError,
@@ -61,6 +59,7 @@ from victor_actors import (
     VictorActorsError,
 )
 from victor_actors.langgraph import _items as I
+from victor_actors.langgraph._segments import Handle, Manager
 
 __all__ = ["ItemVersionConflictError", "StoreItem", "StoreSearchItem", "VersionedPutOp", "VictorActorsStore"]
 
@@ -210,7 +209,7 @@ class VictorActorsStore(BaseStore):
 
     def __init__(
         self,
-        manager: GlobalStateManager,
+        manager: Manager,
         ttl: TTLConfig | None = None,
         index: IndexConfig | None = None,
         *,
@@ -235,7 +234,7 @@ class VictorActorsStore(BaseStore):
             self.index_config = cast(IndexConfig, dict(index))
             self.embeddings = ensure_embeddings(index["embed"])
             self._fields = [(p, p if p == "$" else tokenize_path(p)) for p in (index.get("fields") or ["$"])]
-        self._handle: ScopeHandle | None = None
+        self._handle: Handle | None = None
         self._cache: tuple[int, dict[tuple[str, ...], list[str]]] | None = None
         self._stop = threading.Event()
         self._sweeper: threading.Thread | None = None
@@ -245,7 +244,7 @@ class VictorActorsStore(BaseStore):
     # -- the scope -----------------------------------------------------------------------
 
     @property
-    def handle(self) -> ScopeHandle:
+    def handle(self) -> Handle:
         """The store's scope (created on first use)."""
         handle = self._handle
         if handle is None:

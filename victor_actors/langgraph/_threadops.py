@@ -35,11 +35,11 @@ from typing import Any
 
 from langgraph.checkpoint.base.id import uuid6  # type: ignore[import-not-found, unused-ignore]
 
-from victor_actors import ContextSnapshot, GlobalStateManager, ScopeHandle, StateTransition
+from victor_actors import ContextSnapshot, StateTransition
 from victor_actors.langgraph import _delta
 from victor_actors.langgraph import _layout as L
 from victor_actors.langgraph._lanes import Job, View
-from victor_actors.langgraph._segments import Segments
+from victor_actors.langgraph._segments import Handle, Manager, Segments
 from victor_actors.langgraph._writes import Writer, latest_of
 from victor_actors.lowlevel import MapView, drive
 
@@ -63,7 +63,7 @@ class ThreadOps:
 
     def __init__(
         self,
-        manager: GlobalStateManager,
+        manager: Manager,
         segments: Segments,
         writer: Writer,
         loads: Callable[[Any], Any],
@@ -91,7 +91,7 @@ class ThreadOps:
                 for i, handle in enumerate(segments):
 
                     def build(
-                        s: ContextSnapshot, i: int = i, segments: builtins.list[ScopeHandle] = segments
+                        s: ContextSnapshot, i: int = i, segments: builtins.list[Handle] = segments
                     ) -> builtins.list[StateTransition]:
                         states = [s.state if j == i else h.snapshot().state for j, h in enumerate(segments)]
                         return plan(states)[i]

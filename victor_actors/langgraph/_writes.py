@@ -17,11 +17,11 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from victor_actors import ContextSnapshot, ScopeHandle, StateTransition, VersionConflictError
+from victor_actors import ContextSnapshot, StateTransition, VersionConflictError
 from victor_actors.langgraph import _layout as L
 from victor_actors.langgraph._errors import ThreadDeletedError
 from victor_actors.langgraph._lanes import WHOLE, Job, Lane, Lanes, View
-from victor_actors.langgraph._segments import Segments
+from victor_actors.langgraph._segments import Handle, Segments
 from victor_actors.lowlevel import MapView, Step, StepGen, drive
 
 __all__ = ["Build", "Writer", "latest_of"]
@@ -129,7 +129,7 @@ class Writer:
 
     def _write_segments(
         self, lane: Lane, thread_id: str, ns: str, jobs: builtins.list[Job]
-    ) -> tuple[builtins.list[ScopeHandle], builtins.list[Job], bool]:
+    ) -> tuple[builtins.list[Handle], builtins.list[Job], bool]:
         """The lane's segments, oldest first, opened if needed and checked against the team's count.
 
         And the jobs that are not late writes to a deleted thread: those are
@@ -154,7 +154,7 @@ class Writer:
 
     async def _awrite_segments(
         self, lane: Lane, thread_id: str, ns: str, jobs: builtins.list[Job]
-    ) -> tuple[builtins.list[ScopeHandle], builtins.list[Job], bool]:
+    ) -> tuple[builtins.list[Handle], builtins.list[Job], bool]:
         segments = lane.segments
         if segments is not None and self.segments.known(thread_id, ns):  # no I/O: the team is known too
             if self.segments.count(thread_id, ns) == len(segments):
@@ -233,14 +233,15 @@ class Writer:
                 continue
             job.error = ThreadDeletedError(
                 f"LangGraph thread {thread_id[:80]!r} was deleted after checkpoint {late[:80]!r} was made, "
-                f"and no longer holds it: this late {job.kind} was refused and nothing was written",
+                f"and no longer holds it: this late {'put_writes' if job.kind == 'writes' else job.kind} was "
+                "refused and nothing was written",
                 thread_id=thread_id,
                 checkpoint_id=late,
             )
         return kept
 
     def _commit_jobs(
-        self, handle: ScopeHandle, jobs: builtins.list[Job], active: bool, latest: str | None
+        self, handle: Handle, jobs: builtins.list[Job], active: bool, latest: str | None
     ) -> StepGen[None]:
         """Commit one segment's jobs as one commit; if that fails, each alone (only a bad one fails)."""
 
@@ -270,7 +271,7 @@ class Writer:
                 except Exception as one:
                     job.error = one
 
-    def commit(self, handle: ScopeHandle, build: Build) -> StepGen[None]:
+    def commit(self, handle: Handle, build: Build) -> StepGen[None]:
         """Commit what ``build(snapshot)`` returns, with no lost update; nothing if it returns nothing.
 
         Optimistic first (``handle.modify``: the batch applies only if the
