@@ -15,6 +15,9 @@ file against the code before the change):
   namespace the delete emptied is compacted by the owner (failed before: a
   saver on a client never compacted, so a deleted thread's values stayed on
   the owner's disk);
+- a thread another client keeps writing is not expired by this client's
+  TTL sweep, and is once it is idle everywhere (failed before: each
+  client's sweep trusted its own table of activity);
 - a worker process and this one, each with its own client, increment one
   store item with ``expected_version`` concurrently: no update is lost
   across processes, and the worker's checkpoint is read here (new: it passed
@@ -34,6 +37,7 @@ from typing import Any, TypedDict
 
 import pytest
 from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import create_checkpoint, empty_checkpoint
 from langgraph.graph import END, START, StateGraph
 
 import victor_actors
@@ -112,6 +116,41 @@ def test_a_thread_written_through_one_client_is_read_and_deleted_through_another
         segment = ScopeRef(StateScope.CONVERSATION, layout.segment_id("shared", "", 0))
         labels = [info.label for info in b.list_checkpoints(segment)]
         assert labels == ["langgraph: compacted"]  # only the emptied state is stored at the owner
+
+
+class Clock:
+    """Seconds, moved by the test."""
+
+    def __init__(self) -> None:
+        self.now = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, minutes: float) -> None:
+        self.now += minutes * 60
+
+
+def test_a_thread_another_process_keeps_writing_is_not_expired_by_this_ones_sweep(owner: Owner) -> None:
+    """Failed before: the sweeping client's table still had the thread's first write, so its sweep
+    deleted a thread the other client had written 40 minutes before (of a 60-minute TTL)."""
+    clock, ttl = Clock(), {"default_ttl": 60}
+    with victor_actors.connect(owner.url) as a, victor_actors.connect(owner.url) as b:
+        writer, sweeper = (
+            VictorActorsSaver(a, ttl=ttl, clock=clock),
+            VictorActorsSaver(b, ttl=ttl, clock=clock),
+        )
+        cp = create_checkpoint(empty_checkpoint(), None, 0)
+        first = writer.put(cfg("busy"), cp, {"source": "input", "step": -1}, {})
+        assert sweeper.sweep() == 0  # the sweeper learns of "busy", written now
+        clock.advance(40)
+        writer.put(first, create_checkpoint(cp, None, 1), {"source": "loop", "step": 0}, {})
+        clock.advance(40)  # 80 minutes after the first write, 40 after the last
+        assert sweeper.sweep() == 0
+        assert writer.get_tuple(cfg("busy")) is not None
+        clock.advance(20)  # 60 minutes after the last write: idle everywhere
+        assert sweeper.sweep() == 1
+        assert writer.get_tuple(cfg("busy")) is None
 
 
 WORKER = textwrap.dedent(

@@ -18,6 +18,12 @@ team (``touched``), one commit per thread read. The first sweep of a process
 learns the activity of the threads it has not seen from those (a thread with
 neither, written before this field existed, starts its clock then).
 
+Several processes (clients of one owner, each with its own table) agree
+through the store: before a thread its table finds idle is expired, the sweep
+reads the thread's newest put time and the read time a sweep wrote, and a
+newer one keeps it (a read in another process counts once that process's
+sweep has written it).
+
 The sweep never holds a lock a put needs: it reads the table, and expires
 each idle thread through the whole-thread operations (per namespace, in the
 namespace's lane), so only a put to the thread being expired waits for it. A
@@ -200,6 +206,14 @@ class Retention:
                 idle = sorted(t for t, at in self.activity.at.items() if at + ttl * 60 <= now)
             expired = 0
             for thread_id in idle:
+                # Another process's saver (a client of the same owner) may have written the thread
+                # since this one learned of it: its newest put, or a read its sweep wrote, keeps it.
+                stored = self._stored_activity(thread_id, 0.0)
+                if stored + ttl * 60 > now:
+                    with self.activity.lock:
+                        if thread_id in self.activity.at:
+                            self.activity.at[thread_id] = max(self.activity.at[thread_id], stored)
+                    continue
                 with self.activity.lock:  # a write since the list was made keeps the thread
                     at = self.activity.at.get(thread_id)
                     if at is None or at + ttl * 60 > now:
