@@ -181,7 +181,7 @@ _SAVERS = (
     ("victor_actors", "ours", OURS),
     ("sqlite", "SqliteSaver", PEER),
     ("lmdb", "LMDBSaver", PEER_2),
-    ("postgres", "PostgresSaver", PEER_3),
+    ("postgres", "Postgres\nSaver", PEER_3),
 )
 
 
@@ -217,7 +217,7 @@ def _langgraph_data(doc: Json) -> list[tuple[str, str, list[tuple[str, str, floa
         if title.startswith("50 graphs"):
             floor = mean((results.get("memory") or {}).get("concurrent_s"))
             if floor is not None:
-                bars.append(("InMemorySaver\n(no disk)", FLOOR, floor))
+                bars.append(("InMemory\nSaver\n(no disk)", FLOOR, floor))
         if len(bars) >= 2:
             panels.append((title, better, bars))
     return panels or None
