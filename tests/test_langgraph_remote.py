@@ -100,6 +100,9 @@ def cfg(thread: str) -> RunnableConfig:
 
 
 def test_a_thread_written_through_one_client_is_read_and_deleted_through_another(owner: Owner) -> None:
+    """Two uvicorn workers' clients: one runs the graph, the other reads and deletes the thread, the
+    first one's late write is refused. Failed before at the last assertion: a saver on a client
+    never compacted, so the deleted checkpoints stayed in the owner's store."""
     with victor_actors.connect(owner.url) as a, victor_actors.connect(owner.url) as b:
         ours, theirs = VictorActorsSaver(a), VictorActorsSaver(b)
         assert counting_graph(ours).invoke({"n": 0}, cfg("shared")) == {"n": 3}
