@@ -284,7 +284,9 @@ class Durability:
         if store is None or store.read_only or cell.durability == "manual":
             return state
         store.flush()
-        loaded, _report = store.load(state.ref, state.lineage)
+        loaded, report = store.load(state.ref, state.lineage)
+        if not report.head_found:  # the store cannot show how far it reaches: memory can
+            return state
         self._forget(cell)  # the cell's state is set to this: its next checkpoint starts a new chain
         return loaded
 

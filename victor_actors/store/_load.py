@@ -43,7 +43,14 @@ class CheckpointInfo:
 
 @attrs.frozen(slots=True)
 class RecoveryReport:
-    """What recovery of one scope used and what it had to skip."""
+    """What recovery of one scope used and what it had to skip.
+
+    ``head_found`` is False when the scope's head record (its newest
+    committed version) could not be found: then ``version`` is only what the
+    records that could be found reach, and commits after it may exist unseen.
+    A writable manager does not serve such a scope (``CheckpointCorruptError``);
+    a read-only one serves it with this report.
+    """
 
     ref: ScopeRef
     version: int
@@ -51,6 +58,7 @@ class RecoveryReport:
     replayed: int
     skipped: tuple[str, ...] = ()
     latest_stored_version: int = 0
+    head_found: bool = True
 
     @property
     def clean(self) -> bool:

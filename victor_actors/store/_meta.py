@@ -3,11 +3,11 @@
 It is msgpack in the ``meta`` database, under ``b"format"``, in the clear
 (it has to be read before any key is known)::
 
-    plaintext   {"format": 2, "encrypted": False}
-    encrypted   {"format": 2, "encrypted": True, "id_key": "<key id>", "store": <16 random bytes>,
+    plaintext   {"format": 3, "encrypted": False}
+    encrypted   {"format": 3, "encrypted": True, "id_key": "<key id>", "store": <16 random bytes>,
                  "check": sealed(META_CHECK + msgpack of every other field, sorted)}
     before store ids (still opened, never created)
-                {"format": 1 or 2, "encrypted": True, "id_key": "<key id>", "check": sealed(KEY_CHECK)}
+                {"format": 1, 2 or 3, "encrypted": True, "id_key": "<key id>", "check": sealed(KEY_CHECK)}
 
 **Authenticated as a whole.** Everything the open trusts is under the
 check: it is sealed (format 2, so bound to the store id and to the meta
@@ -22,7 +22,8 @@ longer opens, with :class:`EncryptionKeyError`; nothing is opened or changed.
 active when the store was created, which is also the store's id key; so
 ``id_key`` is authenticated there too: it must name the key the check's
 (authenticated) header names. The ``format`` field of such a store is not
-covered; a wrong one is harmless, as every version reads both formats.
+covered; a wrong one makes a writable open move it to 3 again, or (3 read as 2) makes
+recovery take a scope without a head for one never committed, as before format 3.
 
 **A plaintext store** has no key to authenticate with. A meta record that
 says ``encrypted: False`` but carries an ``id_key``, a ``store`` or a
@@ -60,9 +61,10 @@ __all__ = [
 
 META_KEY = b"format"
 # The store's format: 1 wrote full checkpoints; 2 (incremental checkpoints: manifests, chunks, kv)
-# reads both. A writable open moves a store to 2, after which code that knows only 1 refuses it.
-FORMAT = 2
-FORMATS = (1, 2)
+# reads both; 3 gives every scope a head from its creation on (``_heads.py``). A writable open
+# moves a store to the newest format, after which code that knows only older ones refuses it.
+FORMAT = 3
+FORMATS = (1, 2, 3)
 KEY_CHECK = b"victor-actors keyring check v1"  # before store ids: do the keys fit?
 META_CHECK = b"victor-actors meta v2"  # since store ids: the fields below, authenticated
 _PLAIN_FIELDS = frozenset({"format", "encrypted"})

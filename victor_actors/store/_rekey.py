@@ -133,6 +133,8 @@ def _rewrite(
         try:
             fallback = None if old is None else Sealer(new, source.sealer.store_id)
             written = Copier(source, target, fallback, drop_damaged=drop).run()
+            if not source.headed:  # a copy of a store from before format 3: see Store.give_heads
+                target.give_heads(source.format)
         finally:
             target.close()
         source.close()

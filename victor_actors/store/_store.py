@@ -35,14 +35,13 @@ from __future__ import annotations
 
 import logging
 import os
-import struct
 import threading
-import zlib
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from functools import partial
 from typing import Any, TypeVar
 
+import attrs
 import lmdb
 
 from victor_actors._errors import (
@@ -58,6 +57,7 @@ from victor_actors._values import FrozenDict
 from victor_actors.store._codec import CheckpointRecord, Codec, CommitRecord, ScopeRecord
 from victor_actors.store._crypto import Keyring, Sealer, looks_sealed
 from victor_actors.store._files import OwnerLock, check_data_file, readable_data
+from victor_actors.store._heads import HEADED_FORMAT, decode_head, encode_head, newest_head
 from victor_actors.store._incremental import (
     CheckpointBase,
     assemble,
@@ -74,6 +74,7 @@ from victor_actors.store._incremental import (
     new_root,
 )
 from victor_actors.store._keys import (
+    HEAD_SUFFIX,
     PLAIN,
     ROOT_PARENT,
     Layout,
@@ -89,6 +90,7 @@ from victor_actors.store._load import CheckpointInfo, RecoveryReport, load_state
 from victor_actors.store._meta import META_KEY, is_encrypted, keys_for, new_encrypted, upgraded
 from victor_actors.store._meta import pack as pack_meta
 from victor_actors.store._meta import parse as parse_meta
+from victor_actors.store._seek import prefix_items
 from victor_actors.store._writer import GroupCommitWriter, ResizeGate, TxnOp, WriteTxn
 
 __all__ = ["Store"]
@@ -96,11 +98,6 @@ __all__ = ["Store"]
 logger = logging.getLogger("victor_actors")
 
 T = TypeVar("T")
-_HEAD = struct.Struct(">QI")  # version, crc32 over place + version
-
-
-def _head_crc(key: bytes, version: int) -> int:
-    return zlib.crc32(struct.pack(">Q", version), zlib.crc32(place("log", key)))
 
 
 class Store:
@@ -156,9 +153,13 @@ class Store:
                     )
             self.layout, self.sealer = self._keys_for(meta, encryption)
             if not read_only:
-                new = upgraded(self._read_meta(), self.sealer)
+                stored = self._read_meta()
+                new = upgraded(stored, self.sealer)
                 if new is not None:
+                    self.give_heads(1 if stored is None else int(stored["format"]))
                     self._put_meta(new)
+            meta = self._read_meta()
+            self.format = 1 if meta is None else int(meta["format"])
             if not read_only and "children" not in self.dbs:
                 self._build_index()
         except BaseException:
@@ -387,15 +388,20 @@ class Store:
         return self.sealer.open(raw, place(db, key), what)
 
     def op_put_scope(self, record: ScopeRecord) -> TxnOp:
-        """The scope record, and its entry in the ``children`` index (in the same transaction)."""
+        """The scope record, its entry in the ``children`` index and, for a scope that has none,
+        its head at version 0 (in the same transaction: every scope record has a head)."""
         key = self.layout.ref_key(record.ref)
         where = place("scopes", key)
         raw = self.sealer.seal(self.codec.encode_scope(record, place=where), where)
         child_key, child_raw = self._child_entry(record, key)
+        head_key = self.layout.head_key(record.ref)
+        head = self.op_put_head(record.ref, 0)
 
         def op(t: WriteTxn) -> None:
             t.put("scopes", key, raw)
             t.put("children", child_key, child_raw)
+            if not t.keys_in("log", head_key):  # a new scope: its head says version 0
+                head(t)
 
         return op
 
@@ -422,7 +428,7 @@ class Store:
     def op_put_head(self, ref: ScopeRef, version: int) -> TxnOp:
         """Record ``version`` as ``ref``'s newest committed version."""
         key = self.layout.head_key(ref)
-        raw = self._sealed(_HEAD.pack(version, _head_crc(key, version)), "log", key)
+        raw = self._sealed(encode_head(key, version), "log", key)
         return lambda t: t.put("log", key, raw)
 
     def op_put_checkpoint(self, ref: ScopeRef, record: CheckpointRecord, keep: int | None) -> TxnOp:
@@ -457,6 +463,8 @@ class Store:
         The operation checks in its transaction that the records it builds
         on are stored; if not, it writes the checkpoint in full instead and
         calls ``replaced(planned_base, actual_base)`` on the writer's thread.
+        It moves the scope's head up to the checkpoint's version if the head
+        is below it (``manual`` durability and forks write no commits).
 
         Raises:
             TransitionValidationError: the state cannot be encoded; nothing is written.
@@ -501,6 +509,7 @@ class Store:
         manifest = manifest_payload(self.codec, record, root, kv[0], kv[1])
         puts.append(("ckpt", key, self._sealed_payload("ckpt", key, manifest)))
         planned = CheckpointBase(version, root, n, messages, state.values, *kv)
+        raise_head = self._op_raise_head(ref, version)
 
         def op(t: WriteTxn) -> None:
             for db, check in checks:
@@ -514,10 +523,30 @@ class Store:
                     return
             for db, k, v in puts:
                 t.put(db, k, v)
+            raise_head(t)
             if keep is not None:
                 self._retain(t, ref, keep)
 
         return op, planned
+
+    def _op_raise_head(self, ref: ScopeRef, version: int) -> TxnOp:
+        """Move ``ref``'s head up to ``version`` if it is below (a checkpoint with no commit
+        after it, as ``manual`` durability and a fork write, is the newest durable version)."""
+        key = self.layout.head_key(ref)
+        put = self.op_put_head(ref, version)
+
+        def op(t: WriteTxn) -> None:
+            raw = t.get("log", key)
+            try:
+                head = (
+                    None if raw is None else decode_head(self._unsealed(raw, "log", key, "a head"), key, ref)
+                )
+            except CheckpointCorruptError:
+                return  # a damaged head is left for recovery to report
+            if head is None or head < version:
+                put(t)
+
+        return op
 
     def _sealed_payload(self, db: str, key: bytes, payload: Mapping[str, Any]) -> bytes:
         where = place(db, key)
@@ -606,13 +635,9 @@ class Store:
 
         def scan() -> list[tuple[bytes, bytes]]:
             with self.env.begin(db=handle) as txn, txn.cursor() as cur:
-                items: list[tuple[bytes, bytes]] = []
-                if cur.set_range(prefix):
-                    for key, value in cur:
-                        if not key.startswith(prefix):
-                            break
-                        if heads_too or not (db == "log" and is_head(key)):
-                            items.append((bytes(key), bytes(value)))
+                items = prefix_items(cur, prefix)
+            if db == "log" and not heads_too:
+                items = [(k, v) for k, v in items if not is_head(k)]
             return items
 
         items = self._read(scan)
@@ -633,6 +658,8 @@ class Store:
     def scope_record(self, ref: ScopeRef) -> ScopeRecord | None:
         key = self.layout.ref_key(ref)
         raw = self._get("scopes", key)
+        if raw is None:  # read past a damaged key beside it (_seek.py)
+            raw = next((v for k, v in self._scan("scopes", key) if k == key), None)
         if raw is None:
             return None
         plain = self._unsealed(raw, "scopes", key, f"the scope record of {ref}")
@@ -838,24 +865,63 @@ class Store:
         return [r for k, r in keyed if floor is None or k > floor][: max(limit, 0)]
 
     def head(self, ref: ScopeRef) -> int | None:
-        """``ref``'s newest committed version as its head record says (None: no readable head).
+        """``ref``'s newest committed version as its head record says (None: no head record found).
+
+        Read as every lookup of a scope's records is (``_seek.py``): a damaged key beside it does
+        not hide it.
 
         Raises:
             CheckpointCorruptError: the head record is damaged.
         """
         key = self.layout.head_key(ref)
-        return self._parse_head(ref, key, self._get("log", key))
+        found = [v for k, v in self._scan("log", key, heads_too=True) if k == key]
+        version, note = self._newest_head(ref, key, found)
+        if version is None and note is not None:
+            raise CheckpointCorruptError(note, ref=ref)
+        return version
 
-    def _parse_head(self, ref: ScopeRef, key: bytes, sealed: bytes | None) -> int | None:
-        if sealed is None:
-            return None
-        raw = self._unsealed(sealed, "log", key, f"the head record of {ref}")
-        if len(raw) != _HEAD.size:
-            raise CheckpointCorruptError(f"the head record of {ref} is damaged (length {len(raw)})", ref=ref)
-        version, crc = _HEAD.unpack(raw)
-        if _head_crc(key, version) != crc:
-            raise CheckpointCorruptError(f"the head record of {ref} fails its checksum", ref=ref)
-        return int(version)
+    def _newest_head(self, ref: ScopeRef, key: bytes, found: list[bytes]) -> tuple[int | None, str | None]:
+        """The newest good head among the records ``found`` at ``key``, and what was wrong with others."""
+
+        def unseal(raw: bytes) -> bytes:
+            return self._unsealed(raw, "log", key, f"the head record of {ref}")
+
+        return newest_head(ref, key, found, unseal)
+
+    @property
+    def headed(self) -> bool:
+        """Whether every scope record has a head (format 3 on): one that cannot be found is damage."""
+        return self.format >= HEADED_FORMAT
+
+    def give_heads(self, old_format: int) -> None:
+        """Moving a store to format 3: give a head at version 0 to every scope that has none.
+
+        Only to scopes that hold no commit and no checkpoint (created, never
+        committed: format 2 wrote a head with every commit). One that holds
+        records but no head is left without one, so loading it reports the
+        damage; in a store of format 1, which may predate heads, it gets the
+        newest version it holds instead.
+        """
+        scopes, log, ckpt = self.dbs["scopes"], self.dbs["log"], self.dbs["ckpt"]
+        given = 0
+        with self.env.begin(write=True) as txn:
+            with txn.cursor(db=scopes) as cur:
+                keys = [k for k, _ in prefix_items(cur, b"", values=False)]
+            for key in keys:
+                head_key = key + HEAD_SUFFIX
+                with txn.cursor(db=log) as cur:
+                    logged = prefix_items(cur, key, values=False)
+                if any(k == head_key for k, _ in logged):
+                    continue
+                with txn.cursor(db=ckpt) as cur:
+                    versions = [version_of(k) for k, _ in logged + prefix_items(cur, key, values=False)]
+                if versions and old_format >= 2:
+                    continue
+                version = max(versions, default=0)
+                txn.put(head_key, self._sealed(encode_head(head_key, version), "log", head_key), db=log)
+                given += 1
+        if given:
+            logger.info("gave %d scopes of %s a head record (store format 3)", given, self.path)
 
     def last_txnid(self) -> int:
         """The id of the newest write transaction committed to the store, by any process.
@@ -880,18 +946,24 @@ class Store:
         log = self.dbs.get("log")
         keys = [(ref, self.layout.head_key(ref)) for ref in refs]
 
-        def read() -> tuple[int, list[bytes | None]]:
+        def read() -> tuple[int, list[list[bytes]]]:
             with self.env.begin() as txn:
                 if log is None:
-                    return int(txn.id()), [None] * len(keys)
-                return int(txn.id()), [
-                    None if (raw := txn.get(key, db=log)) is None else bytes(raw) for _ref, key in keys
-                ]
+                    return int(txn.id()), [[] for _ in keys]
+                found = []
+                with txn.cursor(db=log) as cur:
+                    for _ref, key in keys:  # read past a damaged key beside it (_seek.py)
+                        found.append([v for k, v in prefix_items(cur, key) if k == key])
+                return int(txn.id()), found
 
         txnid, raws = self._read(read)
-        return txnid, {
-            ref: self._parse_head(ref, key, raw) for (ref, key), raw in zip(keys, raws, strict=True)
-        }
+        out: dict[ScopeRef, int | None] = {}
+        for (ref, key), found in zip(keys, raws, strict=True):
+            version, note = self._newest_head(ref, key, found)
+            if version is None and note is not None:
+                raise CheckpointCorruptError(note, ref=ref)
+            out[ref] = version
+        return txnid, out
 
     def probe(self, ref: ScopeRef) -> tuple[ScopeRecord | None, bool]:
         """``(scope_record(ref), has_records(ref))`` in one read transaction: what a lookup of a
@@ -905,13 +977,16 @@ class Store:
                 raw = None if scopes is None else txn.get(key, db=scopes)
                 if raw is not None:
                     return bytes(raw), True
-                if log is not None and txn.get(layout.head_key(ref), db=log) is not None:
-                    return None, True
-                for db in (log, ckpt):
+                for db in (scopes, log, ckpt):  # read past a damaged key beside them (_seek.py)
                     if db is None:
                         continue
-                    cursor = txn.cursor(db=db)
-                    if cursor.set_range(key) and bytes(cursor.key()).startswith(key):
+                    with txn.cursor(db=db) as cur:
+                        found = prefix_items(cur, key)
+                    if db is scopes:
+                        raw = next((v for k, v in found if k == key), None)
+                        if raw is not None:
+                            return raw, True
+                    elif found:
                         return None, True
                 return None, False
 
@@ -924,9 +999,7 @@ class Store:
     def has_records(self, ref: ScopeRef) -> bool:
         """Whether any commit, checkpoint or head of ``ref`` is stored (with or without its scope record)."""
         prefix = self.layout.ref_key(ref)
-        if self._get("log", self.layout.head_key(ref)) is not None:
-            return True
-        return any(next(self._scan(db, prefix), None) is not None for db in ("log", "ckpt"))
+        return any(next(self._scan(db, prefix, heads_too=True), None) is not None for db in ("log", "ckpt"))
 
     def checkpoints(self, ref: ScopeRef) -> list[CheckpointInfo]:
         """Stored checkpoints of ``ref``, newest first; unreadable ones are listed with label None."""
@@ -1003,11 +1076,7 @@ class Store:
                     handle = handles[db]
                     if handle is not None:
                         with txn.cursor(db=handle) as cur:
-                            if cur.set_range(prefix):
-                                for key, value in cur:
-                                    if not key.startswith(prefix):
-                                        break
-                                    items.append((bytes(key), bytes(value)))
+                            items = prefix_items(cur, prefix)
                     out[db] = items
                 for db, key in (gets or {}).items():
                     handle = handles[db]
@@ -1036,11 +1105,15 @@ class Store:
         """Rebuild ``ref``'s state from the newest good checkpoint and the log (see ``_load.py``).
 
         Everything of the scope is read in one read transaction, then decoded outside it.
+        A head that cannot be found (none, or none that passes its check) in a
+        store where the scope must have one (format 3, or it holds records) is
+        reported, with ``report.head_found`` False: the state is what the
+        records found give, which may be short of what was committed.
         """
         prefix = self.layout.ref_key(ref)
         head_key = self.layout.head_key(ref)
         rows = self._rows(prefix, ("log", "ckpt", "chunks", "kv"))
-        head_raw = next((v for k, v in rows["log"] if k == head_key), None)
+        heads = [v for k, v in rows["log"] if k == head_key]
         log = [(k, v) for k, v in rows["log"] if not is_head(k)]
         ckpts = rows["ckpt"]
 
@@ -1048,11 +1121,13 @@ class Store:
             items = log if db == "log" else ckpts
             return iter(reversed(items) if reverse else items)
 
-        try:
-            head = self._parse_head(ref, head_key, head_raw)
-            head_note = None
-        except CheckpointCorruptError as exc:
-            head, head_note = None, str(exc)
+        head, head_note = self._newest_head(ref, head_key, heads)
+        found = head is not None or not (self.headed or log or ckpts)
+        if not found and head_note is None:
+            head_note = (
+                f"no head record of {ref} was found, so how far its log reaches is unknown "
+                "(a damaged key in the store can hide it)"
+            )
         used: list[tuple[bytes, bytes, ScopeState]] = []
 
         def read_checkpoint(key: bytes, raw: bytes) -> ScopeState:
@@ -1072,6 +1147,8 @@ class Store:
             unseal=self.sealer.open,
             read_checkpoint=read_checkpoint,
         )
+        if not found:
+            loaded = (loaded[0], attrs.evolve(loaded[1], head_found=False))
         if upto is None and used:
             self._note_load(ref, used[-1], loaded[0])
         return loaded
