@@ -125,9 +125,11 @@ def load_state(
     if not starts and (first_log is None or first_log == 1):
         starts.append((ScopeState(ref=ref, lineage=lineage), None))
     if not starts and upto is not None and not skipped:
+        oldest = min((version_of(k) for k, _ in ckpt_items), default=None)
+        since = "" if oldest is None else f"; the oldest version it can rebuild is {oldest}"
         raise CheckpointNotFoundError(
-            f"{ref}: version {upto} is no longer stored (retention keeps the newest checkpoints "
-            "and the log from the oldest of them on)"
+            f"{ref}: version {upto} is no longer stored{since} (retention keeps the newest "
+            "checkpoints and the log after the oldest of them); nothing was loaded"
         )
     if not starts:
         raise CheckpointCorruptError(

@@ -560,26 +560,34 @@ class Store:
         return self.codec.unpack(self.sealer.open(raw, where, what), ref=ref, version=version, place=where)
 
     def _retain(self, t: WriteTxn, ref: ScopeRef, keep: int) -> None:
-        """Keep the newest ``keep`` checkpoints and the log from the oldest kept one on.
+        """Keep the newest ``keep`` checkpoints and the log after the oldest kept one.
 
-        Then the records only the dropped checkpoints used go too: values
+        History reaches back ``keep`` checkpoints: once the scope holds that
+        many, the log up to and including the oldest kept checkpoint's version
+        goes (that checkpoint holds it), whether or not a checkpoint is
+        dropped; with fewer, the whole log stays. So with ``keep=1`` the log
+        before a scope's newest checkpoint goes in the transaction that writes
+        it. Then the records only the dropped checkpoints used go too: values
         records below the oldest full one a kept checkpoint's chain starts
         from, and every message root no kept checkpoint refers to. (If a kept
         checkpoint does not open, nothing of that is dropped.)
         """
         prefix = self.layout.ref_key(ref)
         ckpts = t.keys_in("ckpt", prefix)
-        if len(ckpts) <= keep:
+        if len(ckpts) < keep:
             return
-        for key in ckpts[:-keep]:
+        dropped = ckpts[:-keep]
+        for key in dropped:
             t.delete("ckpt", key)
-        oldest_kept = version_of(ckpts[-keep])
+        oldest_kept = version_of(ckpts[-keep:][0])
         for key in t.keys_in("log", prefix):
             if is_head(key):
                 continue  # the head (version 0) stays
             if version_of(key) > oldest_kept:
                 break
             t.delete("log", key)
+        if not dropped:
+            return
         roots: set[bytes] = set()
         fulls: list[int] = []
         for key in ckpts[-keep:]:
