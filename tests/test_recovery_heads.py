@@ -173,7 +173,11 @@ def test_a_format_2_store_opens_and_gives_its_uncommitted_scopes_a_head(tmp_path
     try:
         log, meta = env.open_db(b"log"), env.open_db(b"meta")
         with env.begin(write=True) as txn:
-            for ref in (ScopeRef("conversation", "never"), ScopeRef("team", "t"), ScopeRef("global", "global")):
+            for ref in (
+                ScopeRef("conversation", "never"),
+                ScopeRef("team", "t"),
+                ScopeRef("global", "global"),
+            ):
                 assert txn.delete(versioned_key(ref, 0), db=log)  # as format 2 wrote no head for them
             record = msgpack.unpackb(txn.get(b"format", db=meta))
             txn.put(b"format", msgpack.packb({**record, "format": 2}), db=meta)
@@ -196,10 +200,10 @@ def test_random_key_damage_on_log_pages_never_loads_a_scope_short_without_a_repo
     tmp_path: Path, read_only: bool
 ) -> None:
     """Old code: 27 scopes of 1,800 (150 seeds of 12) loaded short of their head with no report,
-    read-only and writable alike. Each seed flips 1 to 4 bits of keys on the log's pages (leaves and branches) of a copy
-    of the store, opens it and reads every scope: each must load at its acknowledged head with
-    exactly its messages, or be reported, or raise a typed error. In a child process, since a
-    damaged page is read through LMDB's C code."""
+    read-only and writable alike. Each seed flips 1 to 4 bits of keys on the log's pages (leaves
+    and branches) of a copy of the store, opens it and reads every scope: each must load at its
+    acknowledged head with exactly its messages, or be reported, or raise a typed error. In a
+    child process, since a damaged page is read through LMDB's C code."""
     commits = {f"c{c}": 8 + c % 3 for c in range(12)}
     _make_store(tmp_path / "src", commits)
     script = textwrap.dedent(

@@ -159,7 +159,8 @@ def test_keep_checkpoints_1_drops_the_log_before_the_only_checkpoint(tmp_path: P
         assert conv.version == 7  # the refused restore changed nothing
         assert m.state_at(conv.ref, 5).get_state("i") == 4 and m.state_at(conv.ref, 6).get_state("i") == 5
         m.save_checkpoint(conv.ref)  # a checkpoint by hand is retained the same way
-        assert m.store.log_versions(conv.ref) == [] and [c.version for c in m.list_checkpoints(conv.ref)] == [7]
+        assert m.store.log_versions(conv.ref) == []
+        assert [c.version for c in m.list_checkpoints(conv.ref)] == [7]
     with GlobalStateManager.open(tmp_path) as m:
         assert m.get_conversation_state("c").snapshot().message_count == 7
 

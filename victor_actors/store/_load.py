@@ -182,8 +182,13 @@ def load_state(
 def apply_record(state: ScopeState, rec: CommitRecord) -> ScopeState:
     """Replay one stored commit on ``state`` (deterministic: same reducer, same inputs)."""
     if rec.kind == "reset":
-        if rec.state is None:
-            raise CheckpointCorruptError(f"{state.ref}: reset commit v{rec.version} holds no state")
+        if rec.state is None:  # its state was too large for one record: it is the checkpoint there
+            raise CheckpointCorruptError(
+                f"{state.ref}: reset commit v{rec.version} keeps its state in the checkpoint at "
+                f"v{rec.version}, which could not be read",
+                ref=state.ref,
+                version=rec.version,
+            )
         return attrs.evolve(rec.state, ref=state.ref, lineage=state.lineage, version=rec.version)
     new_state, _record = reduce(
         state, rec.transitions, commit_id=rec.commit_id, run_id=rec.run_id, timestamp=rec.timestamp

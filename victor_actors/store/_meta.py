@@ -57,6 +57,7 @@ __all__ = [
     "parse",
     "store_id_of",
     "upgraded",
+    "with_record_limit",
 ]
 
 META_KEY = b"format"
@@ -70,6 +71,8 @@ META_CHECK = b"victor-actors meta v2"  # since store ids: the fields below, auth
 _PLAIN_FIELDS = frozenset({"format", "encrypted"})
 _LEGACY_FIELDS = frozenset({"format", "encrypted", "id_key", "check"})
 _FIELDS = frozenset({"format", "encrypted", "id_key", "store", "check"})
+# optional in every record: the largest record limit the store was written with (docs/adr/0023)
+LIMIT = "max_record_bytes"
 WHERE = place("meta", META_KEY)
 
 Meta = dict[str, Any]
@@ -104,7 +107,9 @@ def parse(raw: bytes | None, path: str) -> Meta | None:
     encrypted = meta.get("encrypted")
     if type(encrypted) is not bool:
         raise refuse("does not say whether the store is encrypted")
-    fields = frozenset(meta)
+    fields = frozenset(meta) - {LIMIT}
+    if LIMIT in meta and (type(meta[LIMIT]) is not int or meta[LIMIT] <= 0):
+        raise refuse("has a record limit that is not a positive integer")
     if not encrypted:
         if fields - _PLAIN_FIELDS:
             raise refuse(
@@ -160,6 +165,18 @@ def upgraded(meta: Meta | None, sealer: Sealer) -> Meta | None:
         new["check"] = sealer.seal(_covered(new), WHERE)
     elif "check" in meta:
         new["check"] = meta["check"]  # before store ids: the check does not cover the format
+    return new
+
+
+def with_record_limit(meta: Meta | None, limit: int, sealer: Sealer) -> Meta:
+    """``meta`` recording ``limit`` as the store's record limit (its check sealed again over it
+    when the check covers every field; before store ids it covers none of them)."""
+    new = {k: v for k, v in (meta or {"format": FORMAT, "encrypted": False}).items() if k != "check"}
+    new[LIMIT] = limit
+    if meta is not None and "store" in meta:
+        new["check"] = sealer.seal(_covered(new), WHERE)
+    elif meta is not None and "check" in meta:
+        new["check"] = meta["check"]
     return new
 
 

@@ -54,7 +54,7 @@ from victor_actors._errors import (
 from victor_actors._model import MAX_ID_BYTES, ScopeRef, StateScope
 from victor_actors._state import ScopeState
 from victor_actors._values import FrozenDict
-from victor_actors.store._codec import CheckpointRecord, Codec, CommitRecord, ScopeRecord
+from victor_actors.store._codec import CheckpointRecord, Codec, CommitRecord, RecordTooLargeError, ScopeRecord
 from victor_actors.store._crypto import Keyring, Sealer, looks_sealed
 from victor_actors.store._files import OwnerLock, check_data_file, readable_data
 from victor_actors.store._heads import HEADED_FORMAT, decode_head, encode_head, newest_head
@@ -66,9 +66,10 @@ from victor_actors.store._incremental import (
     chunk_payload,
     chunk_ranges,
     is_manifest,
-    kv_delta_payload,
     kv_full_of,
-    kv_full_payload,
+    kv_part_key,
+    kv_payloads,
+    kv_version,
     manifest_payload,
     manifest_root,
     new_root,
@@ -87,7 +88,15 @@ from victor_actors.store._keys import (
     version_of,
 )
 from victor_actors.store._load import CheckpointInfo, RecoveryReport, load_state
-from victor_actors.store._meta import META_KEY, is_encrypted, keys_for, new_encrypted, upgraded
+from victor_actors.store._meta import (
+    LIMIT,
+    META_KEY,
+    is_encrypted,
+    keys_for,
+    new_encrypted,
+    upgraded,
+    with_record_limit,
+)
 from victor_actors.store._meta import pack as pack_meta
 from victor_actors.store._meta import parse as parse_meta
 from victor_actors.store._seek import prefix_items
@@ -160,6 +169,7 @@ class Store:
                     self._put_meta(new)
             meta = self._read_meta()
             self.format = 1 if meta is None else int(meta["format"])
+            self._adopt_record_limit(meta)
             if not read_only and "children" not in self.dbs:
                 self._build_index()
         except BaseException:
@@ -280,6 +290,22 @@ class Store:
                 "sealed: the meta record was lost or altered; nothing was opened or changed (restore the "
                 "meta record, or the store, from a copy)"
             )
+
+    def _adopt_record_limit(self, meta: dict[str, Any] | None) -> None:
+        """Read and write with the larger of the codec's record limit and the store's own.
+
+        The store keeps the largest ``max_record_bytes`` it was opened with for
+        writing in its meta record (``_meta.LIMIT``), so a store written with a
+        raised limit and opened with the default codec still reads (and never
+        quarantines) the records it legitimately holds. A store never lowers
+        its limit.
+        """
+        stored = int(meta.get(LIMIT, 0)) if meta is not None else 0
+        limit = max(self.codec.max_record_bytes, stored)
+        if limit != self.codec.max_record_bytes:
+            self.codec = self.codec.with_max_record_bytes(limit)
+        if not self.read_only and stored < limit:
+            self._put_meta(with_record_limit(meta, limit, self.sealer))
 
     def _is_empty(self) -> bool:
         return all(
@@ -413,13 +439,35 @@ class Store:
         return child_key, self.sealer.seal(self.codec.encode_scope(record, place=where), where)
 
     def op_put_commit(self, ref: ScopeRef, record: CommitRecord) -> TxnOp:
-        """The commit's log record, and the scope's head moved to its version."""
+        """The commit's log record, and the scope's head moved to its version.
+
+        A reset (a restore or a rollback: the whole state) too large for one
+        record is written as a checkpoint at its version, cut into records
+        that fit, and its log record holds no state (``state`` None): replay
+        starts from that checkpoint, never from before it.
+
+        Raises:
+            TransitionValidationError: a batch too large for a record
+                (``RecordTooLargeError``), or one that cannot be encoded; nothing is written.
+        """
         key = self.layout.versioned_key(ref, record.version)
         where = place("log", key)
-        raw = self.sealer.seal(self.codec.encode_commit(record, place=where), where)
+        checkpoint: TxnOp | None = None
+        try:
+            plain = self.codec.encode_commit(record, place=where)
+        except RecordTooLargeError:
+            if record.kind != "reset" or record.state is None:
+                raise
+            checkpoint = self.op_put_checkpoint(
+                ref, CheckpointRecord(record.state, None, record.timestamp), None
+            )
+            plain = self.codec.encode_commit(attrs.evolve(record, state=None), place=where)
+        raw = self.sealer.seal(plain, where)
         head = self.op_put_head(ref, record.version)
 
         def op(t: WriteTxn) -> None:
+            if checkpoint is not None:
+                checkpoint(t)
             t.put("log", key, raw)
             head(t)
 
@@ -485,7 +533,8 @@ class Store:
             checks.append(("chunks", chunk_key(prefix, root, base.n)))
         else:
             root, start = new_root(), 0
-        for s, e in chunk_ranges(start, n):
+        limit = self.codec.max_record_bytes
+        for s, e in chunk_ranges(start, n, messages, limit):
             key = chunk_key(prefix, root, e)
             puts.append(("chunks", key, self._sealed_payload("chunks", key, chunk_payload(messages, s, e))))
         kv_key = self.layout.versioned_key(ref, version)
@@ -493,15 +542,15 @@ class Store:
         if base is not None and base.version == version:  # the same state again: its values are stored
             kv = (base.kv_version, base.kv_full, base.chain_bytes, base.full_bytes)
         elif base is not None and touched is not None:
-            delta = kv_delta_payload(state.values, base.kv_version, touched)
-            raw = self._sealed_payload("kv", kv_key, delta)
-            if base.chain_bytes + len(raw) <= base.full_bytes:
-                kv = (version, base.kv_full, base.chain_bytes + len(raw), base.full_bytes)
-                puts.append(("kv", kv_key, raw))
+            delta = self._kv_puts(kv_key, kv_payloads(state.values, base.kv_version, touched, limit))
+            size = sum(len(raw) for _db, _k, raw in delta)
+            if base.chain_bytes + size <= base.full_bytes:
+                kv = (version, base.kv_full, base.chain_bytes + size, base.full_bytes)
+                puts.extend(delta)
         if kv is None:
-            raw = self._sealed_payload("kv", kv_key, kv_full_payload(state.values))
-            kv = (version, version, 0, len(raw))
-            puts.append(("kv", kv_key, raw))
+            full = self._kv_puts(kv_key, kv_payloads(state.values, None, None, limit))
+            kv = (version, version, 0, sum(len(raw) for _db, _k, raw in full))
+            puts.extend(full)
         elif base is not None:
             checks.append(("kv", self.layout.versioned_key(ref, base.kv_version)))
             checks.append(("kv", self.layout.versioned_key(ref, base.kv_full)))
@@ -510,6 +559,7 @@ class Store:
         puts.append(("ckpt", key, self._sealed_payload("ckpt", key, manifest)))
         planned = CheckpointBase(version, root, n, messages, state.values, *kv)
         raise_head = self._op_raise_head(ref, version)
+        written = {k for db, k, _v in puts if db == "kv"}  # a values record and its parts, if any
 
         def op(t: WriteTxn) -> None:
             for db, check in checks:
@@ -523,6 +573,9 @@ class Store:
                     return
             for db, k, v in puts:
                 t.put(db, k, v)
+            for stale in t.keys_in("kv", kv_key) if written else ():
+                if stale not in written:  # a part of an earlier record at this version
+                    t.delete("kv", stale)
             raise_head(t)
             if keep is not None:
                 self._retain(t, ref, keep)
@@ -547,6 +600,11 @@ class Store:
                 put(t)
 
         return op
+
+    def _kv_puts(self, key: bytes, payloads: list[dict[str, Any]]) -> list[tuple[str, bytes, bytes]]:
+        """The puts of a values record at ``key`` and its parts (``kv_payloads``)."""
+        keys = [key] + [kv_part_key(key, i) for i in range(1, len(payloads))]
+        return [("kv", k, self._sealed_payload("kv", k, p)) for k, p in zip(keys, payloads, strict=True)]
 
     def _sealed_payload(self, db: str, key: bytes, payload: Mapping[str, Any]) -> bytes:
         where = place(db, key)
@@ -603,7 +661,7 @@ class Store:
                 fulls.append(full)
         floor = min(fulls) if fulls else None
         for key in t.keys_in("kv", prefix):
-            if floor is not None and version_of(key) >= floor:
+            if floor is not None and kv_version(len(prefix), key) >= floor:
                 break
             t.delete("kv", key)
         start = prefix
@@ -1060,7 +1118,10 @@ class Store:
         payload = self._open_record("ckpt", key, raw, ref, version, f"checkpoint v{version} of {ref}")
         if not is_manifest(payload):
             return self.codec.structure_payload(payload, CheckpointRecord, ref, version)
-        by_version = {version_of(k): (k, v) for k, v in rows.get("kv", ())}
+        plen = len(self.layout.ref_key(ref))
+        by_version: dict[int, list[tuple[bytes, bytes]]] = {}
+        for k, v in rows.get("kv", ()):  # in key order: each record, then its parts
+            by_version.setdefault(kv_version(plen, k), []).append((k, v))
 
         def open_record(db: str, k: bytes, r: bytes, v: int | None, what: str) -> Mapping[str, Any]:
             return self._open_record(db, k, r, ref, v, what)
@@ -1230,7 +1291,8 @@ class Store:
         def op(t: WriteTxn) -> None:
             for db in ("log", "ckpt", "kv"):  # message chunks stay (retention drops unused roots)
                 for key in t.keys_in(db, prefix):
-                    if version_of(key) > version and not (db == "log" and is_head(key)):
+                    at = kv_version(len(prefix), key) if db == "kv" else version_of(key)
+                    if at > version and not (db == "log" and is_head(key)):
                         raw = t.get(db, key)
                         if raw is not None:
                             t.put("quarantine", db.encode() + b"/" + key, raw)
