@@ -19,7 +19,7 @@ from __future__ import annotations
 import struct
 from pathlib import Path
 
-__all__ = ["KeySpan", "db_pages", "key_spans"]
+__all__ = ["KeySpan", "db_pages", "key_spans", "page_size"]
 
 _HEADER = 16
 _P_BRANCH, _P_LEAF, _P_LEAF2 = 0x01, 0x02, 0x20
@@ -106,6 +106,11 @@ def key_spans(data_file: Path, db: str) -> list[KeySpan]:
     if root == _INVALID:
         return []
     return _walk(raw, psize, root)
+
+
+def page_size(data_file: Path) -> int:
+    """The page size ``data_file`` was written with."""
+    return _meta_root(data_file.read_bytes())[0]
 
 
 def db_pages(data_file: Path, db: str) -> set[int]:

@@ -30,9 +30,12 @@ short file is refused only when a page the store starts from lies past its
 end: the free list's root, the main database's root, or the root of any
 named database (read from the main root's leaf). Otherwise the missing tail
 is free space, and it is filled with zeros (``posix_fallocate``, which never
-shrinks a file or touches written data) before the file is mapped; damage
-deeper in a database then reads as a typed error (LMDB's corrupted-page
-check, or the records' CRCs), never as SIGBUS.
+shrinks a file or touches written data) before the file is mapped, with 128
+KiB more past the last page (``SLACK``: as far as a damaged node offset or
+key size on the last pages can point); damage deeper in a database then
+reads as a typed error (LMDB's corrupted-page check, or the records' CRCs),
+never as SIGBUS (where the file can be written: a read-only file is mapped
+as it is).
 """
 
 from __future__ import annotations
@@ -70,6 +73,10 @@ _FREE_AT = 8 + 8 + 8  # the free DB's record, after magic, version, address and 
 _INVALID = (1 << 64) - 1  # P_INVALID: an empty database has no root
 _P_LEAF = 0x02
 _F_BIGDATA = 0x01
+# Zeros kept past the last page: a damaged node offset (2 bytes) or key size (2 bytes) on one of
+# the last pages points at most 128 KiB past it, which then reads zeros (a typed error, or keys
+# that are not there) instead of raising SIGBUS. LMDB writes its next pages over them.
+SLACK = 2 * 65536
 
 
 def _meta(raw: bytes, offset: int) -> tuple[int, int, int, tuple[int, int]] | None:
@@ -136,6 +143,8 @@ def check_data_file(path: str) -> None:
         psize, last_pg, _txnid, (free_root, main_root) = max(metas, key=lambda m: m[2])
         needed = (last_pg + 1) * psize
         if size >= needed:
+            if size < needed + SLACK:
+                _fill_free_tail(path, needed + SLACK)
             return
         pages = size // psize
         roots = [r for r in (free_root, main_root) if r != _INVALID]
@@ -149,7 +158,7 @@ def check_data_file(path: str) -> None:
             f"({last_pg + 1} pages of {psize}), and page {beyond[0]}, where a database starts, is past "
             "its end; the store was not opened (restore the file from a copy)"
         )
-    _fill_free_tail(path, needed)
+    _fill_free_tail(path, needed + SLACK)
 
 
 def _fill_free_tail(path: str, needed: int) -> None:
