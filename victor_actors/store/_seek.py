@@ -33,7 +33,7 @@ WALK = 4096  # the most steps a walk takes in each direction (about 20 leaf page
 
 
 def prefix_items(cur: Any, prefix: bytes, *, values: bool = True) -> list[tuple[bytes, bytes]]:
-    """Every ``(key, value)`` under ``prefix`` of the cursor's database, in page order.
+    """Every ``(key, value)`` under ``prefix`` of the cursor's database.
 
     ``cur`` is an open ``lmdb.Cursor``. With ``values`` False, values are
     ``b""``. The items are sorted by key (stable: a key met twice, as a put
@@ -43,28 +43,29 @@ def prefix_items(cur: Any, prefix: bytes, *, values: bool = True) -> list[tuple[
     if not cur.set_range(prefix) and not cur.last():
         return []  # an empty database
     below = 0  # keys in a row that sort before the range
-    for _ in range(WALK):
-        below = below + 1 if cur.key() < prefix else 0
-        if below >= MARGIN:
+    steps = 0
+    for key in cur.iterprev(keys=True, values=False):  # from the seek, back (page order)
+        below = below + 1 if key < prefix else 0
+        steps += 1
+        if below >= MARGIN or steps >= WALK:
             break
-        if not cur.prev():
-            cur.first()
-            break
+    else:
+        cur.first()  # walked back to the first key
     out: list[tuple[bytes, bytes]] = []
     above = 0  # keys in a row that sort after the range
     outside = 0  # steps over keys not in the range (the range itself is read whatever its length)
-    while outside < WALK:
-        key = cur.key()
+    for item in cur.iternext(keys=True, values=values):
+        key = item[0] if values else item
         if key.startswith(prefix):
-            out.append((key, cur.value() if values else b""))
+            out.append(item if values else (key, b""))
             above = 0
-        else:
-            outside += 1
-            if key > prefix:
-                above += 1
-                if above >= MARGIN:
-                    break
-        if not cur.next():
+            continue
+        outside += 1
+        if key > prefix:
+            above += 1
+            if above >= MARGIN:
+                break
+        if outside >= WALK:
             break
     out.sort(key=_first)
     return out
