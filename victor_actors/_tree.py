@@ -268,7 +268,8 @@ class ScopeTree:
         state, report = store.load(ref, record.lineage)
         if not report.clean:
             logger.warning("recovered %s at version %d, skipping: %s", ref, state.version, report.skipped)
-            self.recovery_reports.append(report)
+            if report not in self.recovery_reports:  # a scope refused below is asked for again
+                self.recovery_reports.append(report)
             if not report.head_found and not store.read_only:
                 # its newest version is unknown: serving what was found would write new commits
                 # over acknowledged ones the store holds but could not show (docs/adr/0028)
