@@ -30,12 +30,12 @@ short file is refused only when a page the store starts from lies past its
 end: the free list's root, the main database's root, or the root of any
 named database (read from the main root's leaf). Otherwise the missing tail
 is free space, and it is filled with zeros (``posix_fallocate``, which never
-shrinks a file or touches written data) before the file is mapped, with 128
-KiB more past the last page (``SLACK``: as far as a damaged node offset or
-key size on the last pages can point); damage deeper in a database then
-reads as a typed error (LMDB's corrupted-page check, or the records' CRCs),
-never as SIGBUS (where the file can be written: a read-only file is mapped
-as it is).
+shrinks a file or touches written data) before the file is mapped; damage
+deeper in a database then reads as a typed error (LMDB's corrupted-page
+check, or the records' CRCs), never as SIGBUS. A writable open, once it
+succeeded, also leaves 128 KiB of zeros past the last page (``SLACK``: as
+far as a damaged node offset or key size on the last pages can point; LMDB
+writes its next pages over them); a read-only or refused open adds nothing.
 """
 
 from __future__ import annotations
@@ -49,7 +49,16 @@ from typing import IO
 
 from victor_actors._errors import CheckpointCorruptError, StoreLockedError, VictorActorsError
 
-__all__ = ["COMPLETE", "NEXT", "PREVIOUS", "OwnerLock", "check_data_file", "readable_data"]
+__all__ = [
+    "COMPLETE",
+    "NEXT",
+    "PREVIOUS",
+    "SLACK",
+    "OwnerLock",
+    "check_data_file",
+    "leave_slack",
+    "readable_data",
+]
 
 # A rewrite (rekey, encryption) writes a whole new store in NEXT beside the data, marks it COMPLETE,
 # then swaps directories: data -> PREVIOUS, NEXT/data -> data. Each step is a rename, and the next
@@ -143,8 +152,6 @@ def check_data_file(path: str) -> None:
         psize, last_pg, _txnid, (free_root, main_root) = max(metas, key=lambda m: m[2])
         needed = (last_pg + 1) * psize
         if size >= needed:
-            if size < needed + SLACK:
-                _fill_free_tail(path, needed + SLACK)
             return
         pages = size // psize
         roots = [r for r in (free_root, main_root) if r != _INVALID]
@@ -158,7 +165,24 @@ def check_data_file(path: str) -> None:
             f"({last_pg + 1} pages of {psize}), and page {beyond[0]}, where a database starts, is past "
             "its end; the store was not opened (restore the file from a copy)"
         )
-    _fill_free_tail(path, needed + SLACK)
+    _fill_free_tail(path, needed)
+
+
+def leave_slack(path: str) -> None:
+    """Make sure ``SLACK`` zeros follow the last page of ``path`` (a writer, once its open succeeded)."""
+    try:
+        size = os.path.getsize(path)
+        with open(path, "rb") as f:
+            first = _meta(f.read(4096), 0)
+            if first is None:
+                return
+            f.seek(first[0])
+            metas = [m for m in (first, _meta(f.read(first[0]), 0)) if m is not None]
+    except OSError:
+        return
+    psize, last_pg, _txnid, _roots = max(metas, key=lambda m: m[2])
+    if size < (last_pg + 1) * psize + SLACK:
+        _fill_free_tail(path, (last_pg + 1) * psize + SLACK)
 
 
 def _fill_free_tail(path: str, needed: int) -> None:

@@ -225,7 +225,7 @@ def kv_part_key(key: bytes, part: int) -> bytes:
 
 def kv_version(prefix_len: int, key: bytes) -> int:
     """The version of a values record's key or of one of its parts' (after a scope key of that length)."""
-    return int(_END.unpack_from(key, prefix_len)[0])
+    return int.from_bytes(bytes(key[prefix_len : prefix_len + 8]), "big")  # total, as version_of
 
 
 def changed_keys(old: immutables.Map[str, Any], new: immutables.Map[str, Any]) -> list[str]:

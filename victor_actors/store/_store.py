@@ -56,7 +56,7 @@ from victor_actors._state import ScopeState
 from victor_actors._values import FrozenDict
 from victor_actors.store._codec import CheckpointRecord, Codec, CommitRecord, RecordTooLargeError, ScopeRecord
 from victor_actors.store._crypto import Keyring, Sealer, looks_sealed
-from victor_actors.store._files import OwnerLock, check_data_file, readable_data
+from victor_actors.store._files import OwnerLock, check_data_file, leave_slack, readable_data
 from victor_actors.store._heads import HEADED_FORMAT, decode_head, encode_head, newest_head
 from victor_actors.store._incremental import (
     CheckpointBase,
@@ -175,6 +175,8 @@ class Store:
         except BaseException:
             self._close_env()
             raise
+        if not read_only:  # zeros past the last page, for a reader of a damaged copy (_files.py)
+            leave_slack(self._data_file)
         self._closed = False
         # what the newest loads built on: ref -> (checkpoint version, root, n, message n - 1,
         # the checkpoint's kv version and full kv version)
@@ -205,6 +207,7 @@ class Store:
             data_file = os.path.join(data, "data.mdb")
         try:
             check_data_file(data_file)
+            self._data_file = data_file
             self.env = lmdb.open(
                 data,
                 map_size=map_size,
@@ -426,7 +429,7 @@ class Store:
         def op(t: WriteTxn) -> None:
             t.put("scopes", key, raw)
             t.put("children", child_key, child_raw)
-            if not t.keys_in("log", head_key):  # a new scope: its head says version 0
+            if t.get("log", head_key) is None:  # a new scope: its head says version 0
                 head(t)
 
         return op
@@ -1043,18 +1046,19 @@ class Store:
                 raw = None if scopes is None else txn.get(key, db=scopes)
                 if raw is not None:
                     return bytes(raw), True
-                for db in (scopes, log, ckpt):  # read past a damaged key beside them (_seek.py)
-                    if db is None:
-                        continue
-                    with txn.cursor(db=db) as cur:
-                        found = prefix_items(cur, key)
-                    if db is scopes:
-                        raw = next((v for k, v in found if k == key), None)
-                        if raw is not None:
-                            return raw, True
-                    elif found:
-                        return None, True
-                return None, False
+                # not there, or hidden by a damaged key: every scope has a head in the log, read
+                # past damage beside it (_seek.py); a checkpoint is a second witness
+                stored = False
+                if log is not None:
+                    with txn.cursor(db=log) as cur:
+                        stored = bool(prefix_items(cur, key, values=False))
+                if not stored and ckpt is not None:
+                    with txn.cursor(db=ckpt) as cur:
+                        stored = cur.set_range(key) and bytes(cur.key()).startswith(key)
+                if stored and scopes is not None:  # look for its record past damage too
+                    with txn.cursor(db=scopes) as cur:
+                        raw = next((v for k, v in prefix_items(cur, key) if k == key), None)
+                return raw, stored
 
         raw, stored = self._read(read)
         if raw is None:
