@@ -272,7 +272,7 @@ class ScopeTree:
                 self.recovery_reports.append(report)
             if not report.head_found and not store.read_only:
                 # its newest version is unknown: serving what was found would write new commits
-                # over acknowledged ones the store holds but could not show (docs/adr/0028)
+                # over acknowledged ones the store holds but could not show (docs/adr/0023)
                 raise CheckpointCorruptError(
                     f"{ref} cannot be loaded as complete: {'; '.join(report.skipped)}; the records "
                     f"found reach version {state.version}. It was not loaded and nothing was written "

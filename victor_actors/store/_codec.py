@@ -13,7 +13,7 @@ the encoded body before compression, which is what reading a record costs in
 memory, so it also bounds what a damaged or hostile record can make a reader
 decompress. A batch whose commit record would pass it is refused at the
 edge, by an in-memory manager as by a store (:meth:`Codec.check_commit`);
-everything else a store writes is cut into records that fit (docs/adr/0028).
+everything else a store writes is cut into records that fit (docs/adr/0023).
 The body is msgpack. Nothing is ever pickled and no class is ever looked up
 by a name read from disk: records decode to plain values, and cattrs
 structures them into the few record types this module knows.

@@ -6,7 +6,7 @@ put and the head's share a page on a short log. It is 12 bytes: the version
 and a CRC-32 over its place and the version (sealed like any record in an
 encrypted store).
 
-What recovery may conclude from it (docs/adr/0028):
+What recovery may conclude from it (docs/adr/0023):
 
 - Every scope record has a head, from the transaction that creates the scope
   (version 0) on (store format 3; a writable open of an older store gives

@@ -15,7 +15,7 @@ codec and sealed for its own place like every other record:
             ``{"part": i, "set": {...}, "del": [...]}`` (store format 3)
 
 No record is larger than the codec's ``max_record_bytes``, whatever the
-state holds (docs/adr/0028): chunks end early when their messages' sizes
+state holds (docs/adr/0023): chunks end early when their messages' sizes
 would pass it, and a values record too large is cut into parts, each put
 together from whole keys by the sizes ``size_bound`` gives (never below the
 encoded size, so each part fits without being encoded twice).

@@ -71,7 +71,7 @@ META_CHECK = b"victor-actors meta v2"  # since store ids: the fields below, auth
 _PLAIN_FIELDS = frozenset({"format", "encrypted"})
 _LEGACY_FIELDS = frozenset({"format", "encrypted", "id_key", "check"})
 _FIELDS = frozenset({"format", "encrypted", "id_key", "store", "check"})
-# optional in every record: the largest record limit the store was written with (docs/adr/0028)
+# optional in every record: the largest record limit the store was written with (docs/adr/0023)
 LIMIT = "max_record_bytes"
 WHERE = place("meta", META_KEY)
 

@@ -6,7 +6,7 @@ key (a neighbouring scope's last commit, or a branch key above) makes a
 comparison lie, and the search ends beside that key instead of at the one
 asked for: ``get`` says "not there" and ``set_range`` starts past the range
 or before it. A scope's head record, or its whole log, then looks absent
-while every byte of it is intact (docs/adr/0028).
+while every byte of it is intact (docs/adr/0023).
 
 The search can be misled; the order of the nodes cannot. Stepping a cursor
 (``prev``/``next``) follows the nodes as they sit on their pages and the
