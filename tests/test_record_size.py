@@ -76,17 +76,17 @@ def test_values_that_each_fit_never_wedge_the_scope_at_its_next_checkpoint(tmp_p
 def test_a_long_log_of_large_messages_is_cut_into_chunks_that_fit(tmp_path: Path) -> None:
     """Old code: the commit due a checkpoint was refused: 256 messages of 10 KiB in one chunk."""
     messages = [{"role": "user", "content": _blob(10 * 1024, i).hex()[: 10 * 1024]} for i in range(260)]
-    with GlobalStateManager.open(tmp_path, codec=SMALL, checkpoint_every=260) as manager:
+    with GlobalStateManager.open(tmp_path, codec=SMALL, checkpoint_every=26) as manager:
         conv = manager.get_conversation_state("c")
-        for message in messages:
-            conv.add_message(message)
-        assert [c.version for c in manager.list_checkpoints(conv.ref)] == [260]
+        for at in range(0, 260, 10):  # 26 commits of 10 messages
+            conv.apply(TransitionBatch().add_messages(messages[at : at + 10]))
+        assert [c.version for c in manager.list_checkpoints(conv.ref)] == [26]
     assert max(_stored_sizes(tmp_path).values()) <= MIB
     with GlobalStateManager.open(tmp_path, codec=SMALL) as manager:
         conv = manager.scope("conversation:c")
         assert list(conv.snapshot().messages) == messages
         (report,) = [manager.store.load(conv.ref, conv.snapshot().ancestors)[1]] if manager.store else []
-        assert report.checkpoint_version == 260 and report.clean
+        assert report.checkpoint_version == 26 and report.clean
 
 
 def test_a_restore_of_a_state_larger_than_one_record_is_written(tmp_path: Path) -> None:
