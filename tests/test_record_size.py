@@ -4,7 +4,8 @@ Most tests scale the limit down (``Codec(max_record_bytes=1 MiB)``) so that
 they stay quick; the in-memory/store agreement and the reopen with the default
 codec use the default 64 MiB. Each test whose docstring starts "Old code:"
 failed on the code before this work (checked with PYTHONPATH pointing at a
-checkout of aa8bb61); the docstring says how.
+checkout of aa8bb61, and again at main's 77cc008, run from outside this
+checkout); the docstring says how.
 """
 
 from __future__ import annotations

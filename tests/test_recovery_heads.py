@@ -2,9 +2,9 @@
 
 Damage is real: bytes flipped in ``data.mdb`` on the pages of the ``log``
 database (found with ``lmdb_pages``), then the store opened through LMDB.
-Each test whose docstring starts "Old code:" failed on the code before this
-work (checked with PYTHONPATH pointing at a checkout of aa8bb61); the
-docstring says how.
+Each test whose docstring starts "Old code" failed on the code before this
+work (checked with PYTHONPATH pointing at a checkout of aa8bb61, and again at
+main's 77cc008, run from outside this checkout); the docstring says how.
 """
 
 from __future__ import annotations
@@ -204,14 +204,14 @@ DAMAGE_SEEDS = {True: range(0, 60), False: range(150, 210)}
 def test_random_key_damage_on_log_pages_never_loads_a_scope_short_without_a_report(
     tmp_path: Path,
 ) -> None:
-    """Old code: 3 of the 60 read-only seeds and 5 of the 60 writable ones loaded a scope short
-    of its head with no report (of 300 seeds per open: 9 loads read-only, 26 writable, and 3
-    children died of SIGBUS). Each seed flips 1 to 4 bits of a copy of a 12-scope store: of keys
-    on the log's pages (leaves and branches) for even seeds, of any byte of those pages for odd
-    ones; then it opens the copy (read-only or writable) and reads every scope: each must load
-    at its acknowledged head with exactly its messages, or be reported, or raise a typed error.
-    In a child process, since a damaged page is read through LMDB's C code (a crash fails the
-    test too)."""
+    """Old code (main at 77cc008): 3 of the 60 read-only seeds and 5 of the 60 writable ones
+    loaded a scope short of its head with no report (over 150 seeds per open: 9 loads read-only,
+    26 writable, and 2 writable children died of SIGBUS). Each seed flips 1 to 4 bits of a copy
+    of a 12-scope store: of keys on the log's pages (leaves and branches) for even seeds, of any
+    byte of those pages for odd ones; then it opens the copy (read-only or writable) and reads
+    every scope: each must load at its acknowledged head with exactly its messages, or be
+    reported, or raise a typed error. In a child process, since a damaged page is read through
+    LMDB's C code (a crash fails the test too)."""
     commits = {f"c{c}": 8 + c % 3 for c in range(12)}
     _make_store(tmp_path / "src", commits)
     GlobalStateManager.open(tmp_path / "src").close()  # a writable open leaves zeros past the end
