@@ -197,7 +197,7 @@ def test_a_format_2_store_opens_and_gives_its_uncommitted_scopes_a_head(tmp_path
 
 # Seeds per open: disjoint, so the two opens see different damage. On the old code each range
 # held seeds that loaded a scope short of its head with no report (read-only: 30, 32, 34;
-# writable: 152, 174, 184, 186, 194 among others).
+# writable: 152, 174, 184, 186, 194).
 DAMAGE_SEEDS = {True: range(0, 60), False: range(150, 210)}
 
 
