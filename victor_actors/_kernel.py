@@ -319,6 +319,21 @@ class Kernel:
         except pykka.ActorDeadError:
             raise self.dead(cell.state.ref) from None
 
+    def post(self, cell: ScopeCell, message: Any, deadline: float) -> Any:
+        """Put ``message`` in the mailbox and return the pykka future of its answer, without waiting.
+
+        Raises:
+            BackpressureError, RuntimeClosedError, ScopeFailedError: as for :meth:`tell`.
+        """
+        try:
+            while True:
+                sent, future = self._try_send(cell, message, True)
+                if sent:
+                    return future
+                time.sleep(self._full(cell.state.ref, deadline))
+        except pykka.ActorDeadError:
+            raise self.dead(cell.state.ref) from None
+
     async def asend(self, cell: ScopeCell, message: Any, deadline: float) -> None:
         """:meth:`tell` for the event loop: a full mailbox is waited for with ``asyncio.sleep``."""
         try:
