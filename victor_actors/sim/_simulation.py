@@ -1,0 +1,434 @@
+"""``Simulation``: run the user's own agents under load and faults, then check invariants.
+
+The user writes one turn function, ``turn(agent)``: a generator that yields
+the blocking calls it needs as steps (``yield agent.apply(batch)``, ``snap =
+yield agent.snapshot()``, ``yield from agent.in_run(body)``). The simulation
+drives it with blocking calls in a thread for some agents and with awaits on
+one event loop for the others (``victor_actors/_twins.py``), so the same
+lines run both ways. Around the turns it injects the faults of a
+:class:`FaultPlan`, keeps a :class:`Ledger` of what the runtime acknowledged
+(``agent.ack(record)``), and at the end quiesces the manager, reads every
+scope, closes and reopens the store read-only, reads it again, and runs the
+invariants: plain functions of the :class:`SimRun`, the built-in ones in
+``_checks.py`` included. ``victor-actors simulate`` is one use of it
+(``_load.py``). See ``docs/simulate.md``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import shutil
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from victor_actors import (
+    DeadlineExceededError,
+    GlobalStateManager,
+    Run,
+    ScopeHandle,
+    StateChanged,
+    TransitionBatch,
+    VictorActorsError,
+)
+from victor_actors.lowlevel import Durability, Step, StepGen, adrive, drive
+from victor_actors.sim._faults import FaultPlan
+from victor_actors.sim._ledger import InvariantResult
+from victor_actors.sim._record import Ledger, ScopeFacts, SimRun, read_scopes
+
+__all__ = [
+    "AgentSpec",
+    "Invariant",
+    "ScopeFacts",
+    "SimAgent",
+    "SimReport",
+    "Simulation",
+    "Turn",
+    "check",
+    "layout",
+]
+
+Turn = Callable[["SimAgent"], StepGen[Any]]
+# an invariant: a plain function of the run; None or [] when it holds, else the problems (strings),
+# or an InvariantResult, or several
+Invariant = Callable[[SimRun], "list[str] | InvariantResult | list[InvariantResult] | None"]
+
+
+@dataclass(frozen=True)
+class AgentSpec:
+    """One agent: its name (its conversation's id), and the team and workflow it sits under."""
+
+    name: str
+    team: str | None = None
+    workflow: str | None = None
+
+
+def layout(teams: int = 1, workflows: int = 1, conversations: int = 2) -> list[AgentSpec]:
+    """Teams x workflows x conversations, one agent each, named ``t0w0a0`` as the built-in load does."""
+    return [
+        AgentSpec(f"t{t}w{w}a{c}", f"t{t}", f"t{t}w{w}")
+        for t in range(teams)
+        for w in range(workflows)
+        for c in range(conversations)
+    ]
+
+
+class SimAgent:
+    """What a turn function gets: the agent's conversation, its seeded random, and its steps.
+
+    Each method returning a :class:`Step` is to be yielded (``yield
+    agent.apply(batch)``); what the step returns comes back from the yield.
+    ``on=`` names another handle to use instead of the agent's conversation.
+    ``state`` is whatever the simulation's ``agent_state`` made for this agent.
+    """
+
+    def __init__(self, sim: Simulation, spec: AgentSpec, manager: GlobalStateManager, is_async: bool) -> None:
+        self.sim = sim
+        self.spec = spec
+        self.name = spec.name
+        self.manager = manager
+        self.is_async = is_async
+        self.conv: ScopeHandle = manager.get_conversation_state(
+            spec.name, workflow_id=spec.workflow, team_id=spec.team
+        )
+        self.rng = random.Random(f"{sim.seed}:{spec.name}")
+        self.turns = 0
+        self.state: Any = None
+
+    def __repr__(self) -> str:
+        return f"<SimAgent {self.name} {'asyncio' if self.is_async else 'thread'}>"
+
+    def apply(self, batch: Any, *, on: ScopeHandle | None = None, **kwargs: Any) -> Step:
+        h = on or self.conv
+        return Step(h.apply, h.aapply, batch, **kwargs)
+
+    def transact(self, fn: Callable[..., Any], *, on: ScopeHandle | None = None, **kwargs: Any) -> Step:
+        h = on or self.conv
+        return Step(h.transact, h.atransact, fn, **kwargs)
+
+    def modify(self, fn: Callable[..., Any], *, on: ScopeHandle | None = None, **kwargs: Any) -> Step:
+        h = on or self.conv
+        return Step(h.modify, h.amodify, fn, **kwargs)
+
+    def snapshot(self, *, on: ScopeHandle | None = None) -> Step:
+        h = on or self.conv
+        return Step(h.snapshot, h.asnapshot)
+
+    def sleep(self, seconds: float) -> Step:
+        return Step(time.sleep, asyncio.sleep, seconds)
+
+    def call(
+        self, sync: Callable[..., Any], async_: Callable[..., Any] | None, *args: Any, **kw: Any
+    ) -> Step:
+        """Any other blocking call and its asyncio twin (or one callable whose result may be awaited)."""
+        return Step(sync, async_, *args, **kw)
+
+    def in_run(self, body: Callable[[Run], StepGen[Any]], *, timeout: float = 30.0) -> StepGen[Any]:
+        """``with manager.run(name) as run: body(run)``, as steps: ``yield from agent.in_run(body)``.
+
+        Raises what the run raises (:class:`RunFailedError`, :class:`RunTimeoutError`).
+        """
+        cm = (self.manager.arun if self.is_async else self.manager.run)(self.name, timeout=timeout)
+        run = yield Step(cm.__enter__, cm.__aenter__)
+        try:
+            result = yield from body(run)
+        except BaseException as exc:
+            if not (yield Step(cm.__exit__, cm.__aexit__, type(exc), exc, exc.__traceback__)):
+                raise
+            return None
+        yield Step(cm.__exit__, cm.__aexit__, None, None, None)
+        return result
+
+    def ack(self, record: StateChanged, note: str | None = None) -> StateChanged:
+        """Record that the runtime acknowledged ``record`` (call it after the write returned).
+
+        The kill-and-reopen check and ``acknowledged_writes_durable`` look for
+        every acknowledged commit in the reopened store. Returns ``record``.
+        """
+        self.sim.ledger.ack(self.name, record, note)
+        return record
+
+
+@dataclass
+class SimReport:
+    """The outcome: every invariant, the counts, the ledger, and the facts read."""
+
+    results: list[InvariantResult]
+    counts: dict[str, Any]
+    run: SimRun
+    wall_seconds: float
+    seed: int
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return all(r.ok for r in self.results)
+
+    @property
+    def verdict(self) -> str:
+        return "PASS" if self.ok else "FAIL"
+
+    @property
+    def failed(self) -> list[str]:
+        return [r.name for r in self.results if not r.ok]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "verdict": self.verdict,
+            "failed": self.failed,
+            "seed": self.seed,
+            "counts": self.counts,
+            "invariants": [r.to_dict() for r in self.results],
+            "wall_seconds": self.wall_seconds,
+            **self.extra,
+        }
+
+    def summary(self) -> str:
+        total = len(self.results)
+        head = (
+            f"FAIL: {len(self.failed)} of {total} invariants failed ({', '.join(self.failed)})"
+            if self.failed
+            else f"PASS: all {total} invariants hold"
+        )
+        c = self.counts
+        if self.run.killed:
+            return f"{head}; {c['agents']} agents killed mid-load, {c['acknowledged']} acknowledged commits"
+        return f"{head}; {c['agents']} agents, {c['turns']} turns, {c['acknowledged']} commits acknowledged"
+
+
+class Simulation:
+    """Run the user's agents: ``Simulation(turn, agents, ...).run()`` returns a :class:`SimReport`.
+
+    - ``turn(agent)``: the turn function, a generator of steps (see :class:`SimAgent`);
+    - ``agents``: :class:`AgentSpec` values (or names), e.g. :func:`layout`;
+    - ``steps`` turns per agent, or ``seconds`` of load (one of them);
+    - ``asyncio_share``: the share of agents run as asyncio tasks (the rest are threads);
+    - ``faults``: a :class:`FaultPlan`, injected before each turn;
+    - ``invariants``: plain functions of the :class:`SimRun` (default: the built-in ones);
+    - ``setup(manager)``: called once the agents' conversations exist, before any agent starts;
+    - ``agent_state(agent)``: what each agent keeps between turns (``agent.state``);
+    - ``observe(manager)``: the facts to read live and after the reopen (default: every scope's
+      version, messages and values, plain);
+    - ``store``: a directory to keep (new or empty), else a temporary one; ``durability``.
+
+    A turn that raises a :class:`VictorActorsError` is counted as an error (an outcome, not a
+    violation); anything else is an unexpected error, which the built-in ``no_unexpected_errors``
+    fails on.
+    """
+
+    def __init__(
+        self,
+        turn: Turn,
+        agents: Iterable[AgentSpec | str],
+        *,
+        steps: int | None = None,
+        seconds: float | None = None,
+        seed: int = 7,
+        asyncio_share: float = 0.5,
+        faults: FaultPlan | None = None,
+        invariants: Sequence[Invariant] | None = None,
+        setup: Callable[[GlobalStateManager], object] | None = None,
+        agent_state: Callable[[SimAgent], Any] | None = None,
+        observe: Callable[[GlobalStateManager], Any] | None = None,
+        store: str | None = None,
+        durability: Durability = "sync",
+    ) -> None:
+        if not callable(turn):
+            raise TypeError("a Simulation takes turn(agent), a generator function of steps")
+        if (steps is None) == (seconds is None):
+            raise ValueError("give a Simulation either steps (turns per agent) or seconds, not both or none")
+        if (steps is not None and steps < 0) or (seconds is not None and seconds <= 0):
+            raise ValueError("steps must be at least 0 and seconds positive")
+        if not 0.0 <= asyncio_share <= 1.0:
+            raise ValueError(f"asyncio_share is a share between 0 and 1, not {asyncio_share!r}")
+        from victor_actors.sim._checks import BUILT_IN
+
+        self.turn = turn
+        self.specs = [AgentSpec(a) if isinstance(a, str) else a for a in agents]
+        if not self.specs or len({s.name for s in self.specs}) != len(self.specs):
+            raise ValueError("a Simulation needs at least one agent, each with its own name")
+        self.steps, self.seconds, self.seed = steps, seconds, seed
+        self.asyncio_share = asyncio_share
+        self.faults = faults or FaultPlan()
+        self.invariants = list(BUILT_IN if invariants is None else invariants)
+        self.setup, self.agent_state, self.observe = setup, agent_state, observe
+        self.store, self.durability = store, durability
+        self.ledger = Ledger()
+        self.agents: list[SimAgent] = []
+        self._stopping = threading.Event()
+        self._stop_at = 0.0
+        self.elapsed = 0.0  # the load's seconds, once run
+
+    def stop(self) -> None:
+        """Let every agent finish its current turn and stop; the checks still run."""
+        self._stopping.set()
+
+    # -- the load -------------------------------------------------------------------------------
+
+    def _more(self, agent: SimAgent) -> bool:
+        if self._stopping.is_set():
+            return False
+        if self.steps is not None:
+            return agent.turns < self.steps
+        return time.monotonic() < self._stop_at
+
+    def _turns(self, agent: SimAgent) -> StepGen[None]:
+        while self._more(agent):
+            agent.turns += 1
+            self.ledger.turn()
+            self.faults.before_turn(agent, self.ledger)
+            try:
+                gen = self.turn(agent)
+                if not hasattr(gen, "send"):
+                    raise TypeError(
+                        f"turn({agent.name}) returned {type(gen).__name__}, not a generator of steps"
+                    )
+                yield from gen
+            except VictorActorsError as exc:
+                self.ledger.error(exc)
+            except Exception as exc:  # a bug in the turn or the runtime: tallied, never fatal
+                self.ledger.unexpected(agent.name, exc)
+
+    def _run_async(self, agents: list[SimAgent]) -> None:
+        async def main() -> None:
+            # cross-scope aapply, atransact and run rollbacks use to_thread: room for every agent
+            asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(4 * len(agents) + 4))
+            await asyncio.gather(*(adrive(self._turns(a)) for a in agents))
+
+        if agents:
+            asyncio.run(main())
+
+    def drive(self, manager: GlobalStateManager, tick: Callable[[float], None] | None = None) -> float:
+        """Start the agents on ``manager``, wait for them, return the load's seconds."""
+        share = self.asyncio_share
+        # interleaved (with a share of 0.5: even agents threads, odd ones asyncio), so every team has both
+        self.agents = [
+            SimAgent(self, s, manager, int((i + 1) * share) > int(i * share))
+            for i, s in enumerate(self.specs)
+        ]
+        if self.setup is not None:
+            self.setup(manager)
+        for agent in self.agents:
+            if self.agent_state is not None:
+                agent.state = self.agent_state(agent)
+        self.faults.prepare(manager, self.specs)
+        started = time.monotonic()
+        self._stop_at = started + (self.seconds or 0.0)
+        threads = [
+            threading.Thread(target=drive, args=(self._turns(a),), name=f"sim-{a.name}", daemon=True)
+            for a in self.agents
+            if not a.is_async
+        ]
+        threads.append(
+            threading.Thread(
+                target=self._run_async, args=([a for a in self.agents if a.is_async],), name="sim-asyncio"
+            )
+        )
+        for thread in threads:
+            thread.start()
+        total = (self.steps or 0) * len(self.agents)
+        while any(t.is_alive() for t in threads):
+            try:
+                if tick is not None:
+                    done = (
+                        self.ledger.turns / total
+                        if total
+                        else (time.monotonic() - started) / (self.seconds or 1)
+                    )
+                    tick(min(done, 1.0))
+                next(t for t in threads if t.is_alive()).join(0.2)
+            except KeyboardInterrupt:  # Ctrl-C: the agents finish their turn, then the checks run
+                self.stop()
+        return time.monotonic() - started
+
+    def settle(self, manager: GlobalStateManager) -> None:
+        """After the load: an empty request through every conversation and team (consuming any fault
+        no agent request met), then ``quiesce`` (tools and subscribers done)."""
+        refs = [a.conv.ref for a in self.agents] + [
+            f"team:{t}" for t in dict.fromkeys(s.team for s in self.specs if s.team)
+        ]
+        for ref in refs:
+            for _ in range(10):
+                try:
+                    manager.scope(ref).apply(TransitionBatch())
+                    break
+                except VictorActorsError:
+                    continue
+        try:
+            manager.quiesce(10.0)
+        except DeadlineExceededError:
+            pass  # what never came is the invariants' to report
+
+    def run(
+        self,
+        *,
+        tick: Callable[[float], None] | None = None,
+        sink: Callable[[dict[str, Any]], None] | None = None,
+    ) -> SimReport:
+        """Run the load, read it live, close, reopen read-only, read it again, check. See the class."""
+        started = time.monotonic()
+        self.ledger.sink = sink
+        path = self.store or tempfile.mkdtemp(prefix="victor-actors-sim-")
+        read = self.observe or read_scopes
+        try:
+            manager = GlobalStateManager.open(path, durability=self.durability)
+            try:
+                elapsed = self.elapsed = self.drive(manager, tick)
+                self.settle(manager)
+                live, stats = read(manager), manager.stats()
+            finally:
+                manager.close()
+            with GlobalStateManager.open(path, read_only=True) as again:
+                reopened = read(again)
+        finally:
+            if self.store is None:
+                shutil.rmtree(path, ignore_errors=True)
+        run = SimRun(self.ledger, live, reopened, stats, self.agents, self.faults, killed=False)
+        return self.report(run, elapsed, time.monotonic() - started)
+
+    def report(self, run: SimRun, elapsed: float, wall: float) -> SimReport:
+        results = check(self.invariants, run)
+        counts = {
+            "agents": len(self.specs),
+            "thread_agents": sum(not a.is_async for a in self.agents),
+            "asyncio_agents": sum(a.is_async for a in self.agents),
+            "turns": self.ledger.turns,
+            "acknowledged": len(self.ledger.acks),
+            "faults": dict(self.ledger.faults),
+            "errors": dict(self.ledger.errors),
+            "load_seconds": round(elapsed, 2),
+        }
+        return SimReport(results, counts, run, round(wall, 2), self.seed)
+
+
+def check(invariants: Sequence[Invariant], run: SimRun) -> list[InvariantResult]:
+    """Call every invariant; a plain result becomes an :class:`InvariantResult` named for the function."""
+    results: list[InvariantResult] = []
+    for inv in invariants:
+        name = getattr(inv, "__name__", repr(inv)).replace("_", " ")
+        try:
+            out = inv(run)
+        except Exception as exc:  # an invariant that crashes fails, with the reason
+            results.append(
+                InvariantResult(name, False, 0, [f"the invariant raised {type(exc).__name__}: {exc}"])
+            )
+            continue
+        if out is None:
+            results.append(InvariantResult(name, True, 1))
+        elif isinstance(out, InvariantResult):
+            results.append(out)
+        elif isinstance(out, list) and out and all(isinstance(o, InvariantResult) for o in out):
+            results.extend(out)  # type: ignore[arg-type]
+        elif isinstance(out, list):
+            details = [str(o) for o in out]
+            results.append(InvariantResult(name, not details, 1, details[:20]))
+        else:
+            raise TypeError(
+                f"invariant {name} returned {type(out).__name__}; return None, problems or results"
+            )
+    return results
