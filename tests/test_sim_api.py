@@ -6,12 +6,14 @@ kill-and-reopen check runs in examples/simulate_my_agents.py (tests/test_example
 
 from __future__ import annotations
 
+import json
 import threading
 from typing import Any
 
 import pytest
 
 from victor_actors import TransitionBatch
+from victor_actors.cli import main
 from victor_actors.sim import (
     BUILT_IN,
     Ack,
@@ -124,3 +126,57 @@ def test_bad_simulations_are_refused() -> None:
     report = Simulation(lambda agent: None, ["a"], steps=1).run()  # type: ignore[arg-type,return-value]
     assert report.failed == ["no unexpected errors"]
     assert "not a generator of steps" in report.results[-1].details[0]
+
+
+# -- deterministic mode ----------------------------------------------------------------------------
+
+
+def _racy_turn(agent: SimAgent) -> Any:
+    """A planted race: read the team counter, then write it back + 1 with no version check."""
+    team = agent.manager.get_team_state("t0")
+    snap = yield agent.snapshot(on=team)
+    record = yield agent.apply(
+        TransitionBatch().update_state("counter", snap.get_state("counter", 0) + 1, scope="team")
+    )
+    agent.ack(record, note="counter")
+
+
+def _no_lost_update(run: SimRun) -> list[str]:
+    acked = sum(a.note == "counter" for a in run.ledger.acks)
+    counter = run.reopened["team:t0"].values.get("counter", 0)
+    return [] if counter == acked else [f"counter {counter}, {acked} increments acknowledged"]
+
+
+def _racy(seed: int) -> Any:
+    sim = Simulation(
+        _racy_turn, layout(1, 1, 3), steps=4, seed=seed, deterministic=True, invariants=[_no_lost_update]
+    )
+    return sim, sim.run()
+
+
+def test_a_deterministic_simulation_replays_a_planted_race_from_its_seed() -> None:
+    """The same seed twice: the same schedule, step for step, and the same lost update."""
+    first_sim, first = _racy(11)
+    second_sim, second = _racy(11)
+    assert first_sim.schedule is not None and second_sim.schedule is not None
+    assert first_sim.schedule.history == second_sim.schedule.history
+    assert first.extra["schedule"] == second.extra["schedule"] and first.extra["schedule"]["steps"] == 24
+    assert not first.ok and first.results[0].details == second.results[0].details
+    assert "increments acknowledged" in first.results[0].details[0]
+    _other_sim, other = _racy(12)  # another seed: another schedule
+    assert other.extra["schedule"]["digest"] != first.extra["schedule"]["digest"]
+    assert all(not a.is_async for a in first_sim.agents)  # one driver thread, the sync twins
+    with pytest.raises(ValueError, match="takes steps, not seconds"):
+        Simulation(_racy_turn, ["a"], seconds=1.0, deterministic=True)
+
+
+def test_the_simulate_command_replays_a_seed(capsys: pytest.CaptureFixture[str]) -> None:
+    """``victor-actors simulate --replay --seed N``: the built-in load, one schedule, twice the same."""
+    digests = []
+    for _ in range(2):
+        code = main(["simulate", "--quick", "--replay", "--steps", "6", "--seed", "3", "--json"])
+        report = json.loads(capsys.readouterr().out)
+        assert code == 0 and report["verdict"] == "PASS", report["failed"]
+        digests.append(report["schedule"]["digest"])
+    assert digests[0] == digests[1]
+    assert main(["simulate", "--replay", "--kill"]) == 2

@@ -66,8 +66,8 @@ def observe(
 
 
 def _load(
-    config: SimConfig, path: str, sink: Sink | None, tick: Tick | None
-) -> tuple[Hub, list[AgentLedger], Observed, float]:
+    config: SimConfig, path: str, sink: Sink | None, tick: Tick | None, deterministic: bool = False
+) -> tuple[Hub, list[AgentLedger], Observed, float, dict[str, Any] | None]:
     """Run the agents on the store at ``path`` as a :class:`Simulation`: observed live, closed, reopened."""
     hubs: list[Hub] = []
 
@@ -107,6 +107,7 @@ def _load(
         invariants=(),
         store=path,
         durability=config.durability,
+        deterministic=deterministic,
     )
     progress = None
     if tick is not None:
@@ -116,12 +117,13 @@ def _load(
             hub = hubs[0]
             user_tick(done, hub.commits, hub.failures())
 
-    result = sim.run(tick=progress).run
+    sim_report = sim.run(tick=progress)
+    result = sim_report.run
     hub = hubs[0]
     counters, messages, versions = result.live
     observed = Observed(counters, messages, versions, stats=result.stats)
     observed.reopened_counters, observed.reopened_messages, observed.reopened_versions = result.reopened
-    return hub, [a.state.ledger for a in sim.agents], observed, sim.elapsed
+    return hub, [a.state.ledger for a in sim.agents], observed, sim.elapsed, sim_report.extra.get("schedule")
 
 
 def report(
@@ -140,13 +142,22 @@ def report(
 
 
 def simulate(
-    config: SimConfig, *, store: str | None = None, sink: Sink | None = None, tick: Tick | None = None
+    config: SimConfig,
+    *,
+    store: str | None = None,
+    sink: Sink | None = None,
+    tick: Tick | None = None,
+    deterministic: bool = False,
 ) -> dict[str, Any]:
-    """Run one simulation in this process; return the report (``report["verdict"]``: PASS or FAIL)."""
+    """Run one simulation in this process; return the report (``report["verdict"]``: PASS or FAIL).
+
+    ``deterministic``: the agents' steps in one seeded schedule (``--replay``; needs ``steps``);
+    the report's ``schedule`` then holds its length and digest.
+    """
     started = time.monotonic()
     path = store or tempfile.mkdtemp(prefix="victor-actors-simulate-")
     try:
-        hub, ledgers, observed, elapsed = _load(config, path, sink, tick)
+        hub, ledgers, observed, elapsed, schedule = _load(config, path, sink, tick, deterministic)
     finally:
         if store is None:
             shutil.rmtree(path, ignore_errors=True)
@@ -179,4 +190,6 @@ def simulate(
         "turns_per_second": round(hub.turns / elapsed, 1) if elapsed else 0.0,
     }
     extra = {"throughput": throughput, "stats": observed.stats, "store": store}
+    if schedule is not None:
+        extra["schedule"] = schedule
     return report(config, results, counts, wall_seconds=round(time.monotonic() - started, 2), **extra)

@@ -40,6 +40,7 @@ from victor_actors.lowlevel import Durability, Step, StepGen, adrive, drive
 from victor_actors.sim._faults import FaultPlan
 from victor_actors.sim._ledger import InvariantResult
 from victor_actors.sim._record import Ledger, ScopeFacts, SimRun, read_scopes
+from victor_actors.sim._schedule import Schedule
 
 __all__ = [
     "AgentSpec",
@@ -214,7 +215,9 @@ class Simulation:
     - ``agent_state(agent)``: what each agent keeps between turns (``agent.state``);
     - ``observe(manager)``: the facts to read live and after the reopen (default: every scope's
       version, messages and values, plain);
-    - ``store``: a directory to keep (new or empty), else a temporary one; ``durability``.
+    - ``store``: a directory to keep (new or empty), else a temporary one; ``durability``;
+    - ``deterministic``: one driver thread runs every agent's steps in an order drawn from the seed,
+      quiescing after each, so a seed replays step for step (``_schedule.py``; needs ``steps``).
 
     A turn that raises a :class:`VictorActorsError` is counted as an error (an outcome, not a
     violation); anything else is an unexpected error, which the built-in ``no_unexpected_errors``
@@ -237,6 +240,7 @@ class Simulation:
         observe: Callable[[GlobalStateManager], Any] | None = None,
         store: str | None = None,
         durability: Durability = "sync",
+        deterministic: bool = False,
     ) -> None:
         if not callable(turn):
             raise TypeError("a Simulation takes turn(agent), a generator function of steps")
@@ -244,6 +248,10 @@ class Simulation:
             raise ValueError("give a Simulation either steps (turns per agent) or seconds, not both or none")
         if (steps is not None and steps < 0) or (seconds is not None and seconds <= 0):
             raise ValueError("steps must be at least 0 and seconds positive")
+        if deterministic and steps is None:
+            raise ValueError(
+                "a deterministic Simulation takes steps, not seconds (time is not in its schedule)"
+            )
         if not 0.0 <= asyncio_share <= 1.0:
             raise ValueError(f"asyncio_share is a share between 0 and 1, not {asyncio_share!r}")
         from victor_actors.sim._checks import BUILT_IN
@@ -258,6 +266,8 @@ class Simulation:
         self.invariants = list(BUILT_IN if invariants is None else invariants)
         self.setup, self.agent_state, self.observe = setup, agent_state, observe
         self.store, self.durability = store, durability
+        self.deterministic = deterministic
+        self.schedule: Schedule | None = None  # the deterministic mode's schedule, once run
         self.ledger = Ledger()
         self.agents: list[SimAgent] = []
         self._stopping = threading.Event()
@@ -305,7 +315,7 @@ class Simulation:
 
     def drive(self, manager: GlobalStateManager, tick: Callable[[float], None] | None = None) -> float:
         """Start the agents on ``manager``, wait for them, return the load's seconds."""
-        share = self.asyncio_share
+        share = 0.0 if self.deterministic else self.asyncio_share
         # interleaved (with a share of 0.5: even agents threads, odd ones asyncio), so every team has both
         self.agents = [
             SimAgent(self, s, manager, int((i + 1) * share) > int(i * share))
@@ -319,6 +329,10 @@ class Simulation:
         self.faults.prepare(manager, self.specs)
         started = time.monotonic()
         self._stop_at = started + (self.seconds or 0.0)
+        if self.deterministic:  # one driver thread, a seeded order of steps (see _schedule.py)
+            self.schedule = Schedule(self.seed)
+            self.schedule.run(manager, [(a.name, self._turns(a)) for a in self.agents])
+            return time.monotonic() - started
         threads = [
             threading.Thread(target=drive, args=(self._turns(a),), name=f"sim-{a.name}", daemon=True)
             for a in self.agents
@@ -403,7 +417,10 @@ class Simulation:
             "errors": dict(self.ledger.errors),
             "load_seconds": round(elapsed, 2),
         }
-        return SimReport(results, counts, run, round(wall, 2), self.seed)
+        report = SimReport(results, counts, run, round(wall, 2), self.seed)
+        if self.schedule is not None:
+            report.extra["schedule"] = {"steps": len(self.schedule.history), "digest": self.schedule.digest}
+        return report
 
 
 def check(invariants: Sequence[Invariant], run: SimRun) -> list[InvariantResult]:
