@@ -186,3 +186,23 @@ def test_the_simulate_command_replays_a_seed(capsys: pytest.CaptureFixture[str])
         digests.append(report["schedule"]["digest"])
     assert digests[0] == digests[1]
     assert main(["simulate", "--replay", "--kill"]) == 2
+
+
+def test_the_pytest_plugin_gives_a_seed_and_names_it_when_a_test_fails(
+    tmp_path: Any, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``victor_seed``: ``--victor-seed N`` replays a seed; a failing test's report names its seed."""
+    test_file = tmp_path / "test_seeded.py"
+    test_file.write_text(
+        "def test_given(victor_seed):\n"
+        "    assert victor_seed == 5\n\n"
+        "def test_fails(victor_seed):\n"
+        "    assert False, 'a planted failure'\n"
+    )
+    monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")  # only the plugin under test
+    argv = [str(test_file), "-q", "-p", "no:cacheprovider", "-p", "victor_actors.testing._plugin"]
+    argv += ["--rootdir", str(tmp_path), "--victor-seed", "5"]
+    code = pytest.main(argv)  # a nested run, in this process
+    out = capsys.readouterr().out
+    assert code == pytest.ExitCode.TESTS_FAILED and "1 failed, 1 passed" in out, out
+    assert "victor_seed was 5: replay with --victor-seed 5" in out
