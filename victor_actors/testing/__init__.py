@@ -8,7 +8,9 @@ Its pytest plugin (``victor_actors.testing._plugin``, registered through the
   in a temporary directory instead.
 - ``recorder``: a :class:`Recorder` attached to ``state_manager``: every
   message each scope's actor received and every commit event it published,
-  per scope, in order.
+  per scope, in order, and the callers' reads, writes and runs.
+- ``victor_seed``: a seed for a simulation (``--victor-seed N``, else a new
+  one per test, named in the report of a failing test).
 
 Assertions, each raising ``AssertionError`` with a message listing every
 problem found:
