@@ -29,14 +29,16 @@ runtime imports it.
 - ``_load``: one simulation in this process; ``_kill``: the SIGKILL harness;
 - ``_ray_agent``, ``_ray_load``, ``_ray_invariants``: ``--ray`` (the agent over Ray,
   the run with its shard kills, the checks that apply there);
-- ``_simulation``, ``_faults``, ``_record``, ``_checks``, ``_crash``: the :class:`Simulation` API
-  (the driver and the agent's steps, the fault plan, the ledger and facts, the built-in
-  invariants, the kill-and-reopen check);
+- ``_simulation``, ``_agents``, ``_faults``, ``_record``, ``_sim_report``, ``_checks``,
+  ``_schedule``, ``_crash``: the :class:`Simulation` API (the driver, the agents and their
+  steps, the fault plan, the ledger and facts, the report and how invariants are called, the
+  built-in invariants, the deterministic schedule, the kill-and-reopen check);
 - ``_command``: the ``simulate`` subcommand.
 """
 
 from __future__ import annotations
 
+from victor_actors.sim._agents import AgentSpec, SimAgent, layout
 from victor_actors.sim._checks import (
     BUILT_IN,
     acknowledged_writes_durable,
@@ -55,7 +57,8 @@ from victor_actors.sim._load import simulate
 from victor_actors.sim._ray_invariants import RayFacts, check_ray_invariants
 from victor_actors.sim._ray_load import simulate_ray
 from victor_actors.sim._record import Ack, Ledger, ScopeFacts, SimRun, read_scopes
-from victor_actors.sim._simulation import AgentSpec, SimAgent, SimReport, Simulation, layout
+from victor_actors.sim._sim_report import SimReport
+from victor_actors.sim._simulation import Simulation
 
 __all__ = [
     "BUILT_IN",

@@ -30,7 +30,8 @@ from victor_actors import GlobalStateManager
 from victor_actors.sim._kill import ack_sink
 from victor_actors.sim._ledger import InvariantResult
 from victor_actors.sim._record import Ack, Ledger, SimRun, read_scopes
-from victor_actors.sim._simulation import SimReport, Simulation
+from victor_actors.sim._sim_report import SimReport
+from victor_actors.sim._simulation import Simulation
 
 __all__ = ["kill_and_reopen"]
 

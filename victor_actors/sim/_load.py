@@ -24,12 +24,13 @@ from typing import Any
 from victor_actors import GlobalStateManager
 from victor_actors.lowlevel import StepGen, thaw
 from victor_actors.sim._agent import Agent
+from victor_actors.sim._agents import AgentSpec, SimAgent
 from victor_actors.sim._config import SimConfig, Sink, Tick
 from victor_actors.sim._coordinators import alookup, lookup
 from victor_actors.sim._hub import Hub
 from victor_actors.sim._invariants import check_invariants
 from victor_actors.sim._ledger import AgentLedger, Expected, InvariantResult, Observed
-from victor_actors.sim._simulation import AgentSpec, SimAgent, Simulation
+from victor_actors.sim._simulation import Simulation
 
 __all__ = ["observe", "report", "simulate"]
 

@@ -17,189 +17,30 @@ invariants: plain functions of the :class:`SimRun`, the built-in ones in
 from __future__ import annotations
 
 import asyncio
-import random
 import shutil
 import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from typing import Any
 
 from victor_actors import (
     DeadlineExceededError,
     GlobalStateManager,
-    Run,
-    ScopeHandle,
-    StateChanged,
     TransitionBatch,
     VictorActorsError,
 )
-from victor_actors.lowlevel import Durability, Step, StepGen, adrive, drive
+from victor_actors.lowlevel import Durability, StepGen, adrive, drive
+from victor_actors.sim._agents import AgentSpec, SimAgent
 from victor_actors.sim._faults import FaultPlan
-from victor_actors.sim._ledger import InvariantResult
-from victor_actors.sim._record import Ledger, ScopeFacts, SimRun, read_scopes
+from victor_actors.sim._record import Ledger, SimRun, read_scopes
 from victor_actors.sim._schedule import Schedule
+from victor_actors.sim._sim_report import Invariant, SimReport, check
 
-__all__ = [
-    "AgentSpec",
-    "Invariant",
-    "ScopeFacts",
-    "SimAgent",
-    "SimReport",
-    "Simulation",
-    "Turn",
-    "check",
-    "layout",
-]
+__all__ = ["Simulation", "Turn"]
 
 Turn = Callable[["SimAgent"], StepGen[Any]]
-# an invariant: a plain function of the run; None or [] when it holds, else the problems (strings),
-# or an InvariantResult, or several
-Invariant = Callable[[SimRun], "list[str] | InvariantResult | list[InvariantResult] | None"]
-
-
-@dataclass(frozen=True)
-class AgentSpec:
-    """One agent: its name (its conversation's id), and the team and workflow it sits under."""
-
-    name: str
-    team: str | None = None
-    workflow: str | None = None
-
-
-def layout(teams: int = 1, workflows: int = 1, conversations: int = 2) -> list[AgentSpec]:
-    """Teams x workflows x conversations, one agent each, named ``t0w0a0`` as the built-in load does."""
-    return [
-        AgentSpec(f"t{t}w{w}a{c}", f"t{t}", f"t{t}w{w}")
-        for t in range(teams)
-        for w in range(workflows)
-        for c in range(conversations)
-    ]
-
-
-class SimAgent:
-    """What a turn function gets: the agent's conversation, its seeded random, and its steps.
-
-    Each method returning a :class:`Step` is to be yielded (``yield
-    agent.apply(batch)``); what the step returns comes back from the yield.
-    ``on=`` names another handle to use instead of the agent's conversation.
-    ``state`` is whatever the simulation's ``agent_state`` made for this agent.
-    """
-
-    def __init__(self, sim: Simulation, spec: AgentSpec, manager: GlobalStateManager, is_async: bool) -> None:
-        self.sim = sim
-        self.spec = spec
-        self.name = spec.name
-        self.manager = manager
-        self.is_async = is_async
-        self.conv: ScopeHandle = manager.get_conversation_state(
-            spec.name, workflow_id=spec.workflow, team_id=spec.team
-        )
-        self.rng = random.Random(f"{sim.seed}:{spec.name}")
-        self.turns = 0
-        self.state: Any = None
-
-    def __repr__(self) -> str:
-        return f"<SimAgent {self.name} {'asyncio' if self.is_async else 'thread'}>"
-
-    def apply(self, batch: Any, *, on: ScopeHandle | None = None, **kwargs: Any) -> Step:
-        h = on or self.conv
-        return Step(h.apply, h.aapply, batch, **kwargs)
-
-    def transact(self, fn: Callable[..., Any], *, on: ScopeHandle | None = None, **kwargs: Any) -> Step:
-        h = on or self.conv
-        return Step(h.transact, h.atransact, fn, **kwargs)
-
-    def modify(self, fn: Callable[..., Any], *, on: ScopeHandle | None = None, **kwargs: Any) -> Step:
-        h = on or self.conv
-        return Step(h.modify, h.amodify, fn, **kwargs)
-
-    def snapshot(self, *, on: ScopeHandle | None = None) -> Step:
-        h = on or self.conv
-        return Step(h.snapshot, h.asnapshot)
-
-    def sleep(self, seconds: float) -> Step:
-        return Step(time.sleep, asyncio.sleep, seconds)
-
-    def call(
-        self, sync: Callable[..., Any], async_: Callable[..., Any] | None, *args: Any, **kw: Any
-    ) -> Step:
-        """Any other blocking call and its asyncio twin (or one callable whose result may be awaited)."""
-        return Step(sync, async_, *args, **kw)
-
-    def in_run(self, body: Callable[[Run], StepGen[Any]], *, timeout: float = 30.0) -> StepGen[Any]:
-        """``with manager.run(name) as run: body(run)``, as steps: ``yield from agent.in_run(body)``.
-
-        Raises what the run raises (:class:`RunFailedError`, :class:`RunTimeoutError`).
-        """
-        cm = (self.manager.arun if self.is_async else self.manager.run)(self.name, timeout=timeout)
-        run = yield Step(cm.__enter__, cm.__aenter__)
-        try:
-            result = yield from body(run)
-        except BaseException as exc:
-            if not (yield Step(cm.__exit__, cm.__aexit__, type(exc), exc, exc.__traceback__)):
-                raise
-            return None
-        yield Step(cm.__exit__, cm.__aexit__, None, None, None)
-        return result
-
-    def ack(self, record: StateChanged, note: str | None = None) -> StateChanged:
-        """Record that the runtime acknowledged ``record`` (call it after the write returned).
-
-        The kill-and-reopen check and ``acknowledged_writes_durable`` look for
-        every acknowledged commit in the reopened store. Returns ``record``.
-        """
-        self.sim.ledger.ack(self.name, record, note)
-        return record
-
-
-@dataclass
-class SimReport:
-    """The outcome: every invariant, the counts, the ledger, and the facts read."""
-
-    results: list[InvariantResult]
-    counts: dict[str, Any]
-    run: SimRun
-    wall_seconds: float
-    seed: int
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def ok(self) -> bool:
-        return all(r.ok for r in self.results)
-
-    @property
-    def verdict(self) -> str:
-        return "PASS" if self.ok else "FAIL"
-
-    @property
-    def failed(self) -> list[str]:
-        return [r.name for r in self.results if not r.ok]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "verdict": self.verdict,
-            "failed": self.failed,
-            "seed": self.seed,
-            "counts": self.counts,
-            "invariants": [r.to_dict() for r in self.results],
-            "wall_seconds": self.wall_seconds,
-            **self.extra,
-        }
-
-    def summary(self) -> str:
-        total = len(self.results)
-        head = (
-            f"FAIL: {len(self.failed)} of {total} invariants failed ({', '.join(self.failed)})"
-            if self.failed
-            else f"PASS: all {total} invariants hold"
-        )
-        c = self.counts
-        if self.run.killed:
-            return f"{head}; {c['agents']} agents killed mid-load, {c['acknowledged']} acknowledged commits"
-        return f"{head}; {c['agents']} agents, {c['turns']} turns, {c['acknowledged']} commits acknowledged"
 
 
 class Simulation:
@@ -421,31 +262,3 @@ class Simulation:
         if self.schedule is not None:
             report.extra["schedule"] = {"steps": len(self.schedule.history), "digest": self.schedule.digest}
         return report
-
-
-def check(invariants: Sequence[Invariant], run: SimRun) -> list[InvariantResult]:
-    """Call every invariant; a plain result becomes an :class:`InvariantResult` named for the function."""
-    results: list[InvariantResult] = []
-    for inv in invariants:
-        name = getattr(inv, "__name__", repr(inv)).replace("_", " ")
-        try:
-            out = inv(run)
-        except Exception as exc:  # an invariant that crashes fails, with the reason
-            results.append(
-                InvariantResult(name, False, 0, [f"the invariant raised {type(exc).__name__}: {exc}"])
-            )
-            continue
-        if out is None:
-            results.append(InvariantResult(name, True, 1))
-        elif isinstance(out, InvariantResult):
-            results.append(out)
-        elif isinstance(out, list) and out and all(isinstance(o, InvariantResult) for o in out):
-            results.extend(out)  # type: ignore[arg-type]
-        elif isinstance(out, list):
-            details = [str(o) for o in out]
-            results.append(InvariantResult(name, not details, 1, details[:20]))
-        else:
-            raise TypeError(
-                f"invariant {name} returned {type(out).__name__}; return None, problems or results"
-            )
-    return results
