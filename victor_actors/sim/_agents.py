@@ -13,15 +13,21 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from victor_actors import GlobalStateManager, Run, ScopeHandle, StateChanged
 from victor_actors.lowlevel import Step, StepGen
+from victor_actors.sim._record import Ledger
 
-if TYPE_CHECKING:
-    from victor_actors.sim._simulation import Simulation
 
-__all__ = ["AgentSpec", "SimAgent", "layout"]
+class Host(Protocol):
+    """What an agent needs of its simulation (the :class:`Simulation`, in ``_simulation.py``)."""
+
+    seed: int
+    ledger: Ledger
+    specs: list[AgentSpec]
+
+__all__ = ["AgentSpec", "Host", "SimAgent", "layout"]
 
 
 @dataclass(frozen=True)
@@ -52,7 +58,7 @@ class SimAgent:
     ``state`` is whatever the simulation's ``agent_state`` made for this agent.
     """
 
-    def __init__(self, sim: Simulation, spec: AgentSpec, manager: GlobalStateManager, is_async: bool) -> None:
+    def __init__(self, sim: Host, spec: AgentSpec, manager: GlobalStateManager, is_async: bool) -> None:
         self.sim = sim
         self.spec = spec
         self.name = spec.name
