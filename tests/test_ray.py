@@ -44,8 +44,9 @@ def ray_session() -> Iterator[None]:
 
 @pytest.fixture
 def manager(tmp_path: Path) -> Iterator[RayStateManager]:
-    with RayStateManager.open(tmp_path / "cluster", shards=2, hold_timeout=5.0, request_timeout=30.0) as m:
-        yield m
+    m = RayStateManager.open(tmp_path / "cluster", shards=2, hold_timeout=5.0, request_timeout=30.0)
+    yield m
+    m.shutdown()  # the shards are detached: close() alone would leave them to the next test
 
 
 def _on_shard(m: RayStateManager, shard: int, prefix: str, n: int = 1) -> list[Any]:
@@ -454,16 +455,17 @@ def test_a_killed_shard_restarts_and_loses_no_acknowledged_commit(manager: RaySt
 
 
 def test_an_unreachable_shard_raises_shard_unavailable(tmp_path: Path) -> None:
-    with RayStateManager.open(tmp_path / "c", shards=2, request_timeout=1.5) as m:
-        (conv,) = _on_shard(m, 1, "gone")
-        conv.add_message("kept")
-        ray.kill(m.shard_actor(1), no_restart=True)
-        with pytest.raises(ShardUnavailableError) as info:
-            conv.add_message("lost")
-        assert info.value.shard == 1 and info.value.may_have_applied
-        with pytest.raises(ShardUnavailableError) as read:
-            conv.snapshot()
-        assert not read.value.may_have_applied
+    m = RayStateManager.open(tmp_path / "c", shards=2, request_timeout=1.5)
+    (conv,) = _on_shard(m, 1, "gone")
+    conv.add_message("kept")
+    ray.kill(m.shard_actor(1), no_restart=True)
+    with pytest.raises(ShardUnavailableError) as info:
+        conv.add_message("lost")
+    assert info.value.shard == 1 and info.value.may_have_applied
+    with pytest.raises(ShardUnavailableError) as read:
+        conv.snapshot()
+    assert not read.value.may_have_applied
+    m.shutdown()
 
 
 @pytest.mark.parametrize("point", ["part_after_prepare", "home_before_commit", "home_after_commit"])
@@ -548,16 +550,20 @@ def test_snapshots_off_home_are_never_torn_and_never_go_backwards(manager: RaySt
 
 
 def test_reopening_with_another_shard_count_is_refused(tmp_path: Path) -> None:
-    with RayStateManager.open(tmp_path / "c", shards=2) as m:
-        m.get_conversation_state("a").set("k", 1)
-    with pytest.raises(VictorActorsError, match="2 shards, not 3"):
+    m = RayStateManager.open(tmp_path / "c", shards=2)
+    m.get_conversation_state("a").set("k", 1)
+    with pytest.raises(VictorActorsError, match="2 shards, not 3"):  # while its shards run
+        RayStateManager.open(tmp_path / "c", shards=3)
+    m.shutdown()
+    with pytest.raises(VictorActorsError, match="2 shards, not 3"):  # and from its cluster.json
         RayStateManager.open(tmp_path / "c", shards=3)
     (tmp_path / "bad").mkdir()
     (tmp_path / "bad" / "cluster.json").write_text("{not json")
     with pytest.raises(VictorActorsError, match="unreadable"):
         RayStateManager.open(tmp_path / "bad", shards=2)
-    with RayStateManager.open(tmp_path / "c", shards=2) as m:  # and the state is where it was
-        assert m.get_conversation_state("a").get("k") == 1
+    m = RayStateManager.open(tmp_path / "c", shards=2)  # and the state is where it was
+    assert m.get_conversation_state("a").get("k") == 1
+    m.shutdown()
 
 
 def test_the_asyncio_twins_of_the_manager(manager: RayStateManager) -> None:
@@ -591,8 +597,9 @@ def test_a_damaged_prepare_record_stops_the_shard_with_a_typed_error(tmp_path: P
     import lmdb
 
     root = tmp_path / "c"
-    with RayStateManager.open(root, shards=2) as m:
-        m.get_conversation_state("a").set("k", 1)
+    m = RayStateManager.open(root, shards=2)
+    m.get_conversation_state("a").set("k", 1)
+    m.shutdown()
     env = lmdb.open(str(root / "shard-1.2pc"), max_dbs=2)
     with env.begin(write=True, db=env.open_db(b"txn")) as t:
         t.put(b"tx-damaged", b"VA\x00garbage")

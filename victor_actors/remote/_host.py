@@ -57,7 +57,7 @@ from victor_actors._manager import GlobalStateManager
 from victor_actors._model import GLOBAL_REF, ScopeRef, StateScope, StateTransition
 from victor_actors._rollback import RollbackReport
 from victor_actors._runs import CURRENT_RUN, Run
-from victor_actors._state import StateChanged
+from victor_actors._state import ContextSnapshot, ScopeState, StateChanged
 from victor_actors._tools import ToolCall
 from victor_actors._values import FrozenDict, check_text
 from victor_actors.remote import _wire as w
@@ -413,7 +413,11 @@ class Host:
 
     async def _snapshot(self, op: Any) -> Any:
         snap = self._scope(op).snapshot()
-        return w.snapshot_to(snap, snap._ancestors)
+        return w.snapshot_to(snap, self._ancestors(snap))
+
+    def _ancestors(self, snap: ContextSnapshot) -> tuple[ScopeState, ...]:
+        """The ancestors a live snapshot is served with (a Ray shard reads global from its mirror)."""
+        return snap._ancestors
 
     # -- pessimistic transactions (transact) ------------------------------------------
 
@@ -453,7 +457,7 @@ class Host:
         txid = os.urandom(12).hex()
         self._txs[txid] = (box, work)
         snap = opened.result()
-        return (txid, w.snapshot_to(snap, snap._ancestors))
+        return (txid, w.snapshot_to(snap, self._ancestors(snap)))
 
     def _tx(self, op: Any) -> tuple[queue.SimpleQueue[tuple[StateTransition, ...] | None], Any]:
         found = self._txs.pop(str(op.get("id")), None)
