@@ -26,8 +26,14 @@ ray = pytest.importorskip("ray")
 from ray.cluster_utils import Cluster  # noqa: E402
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy  # noqa: E402
 
-from victor_actors import TransitionBatch  # noqa: E402
-from victor_actors.ray import RayStateManager  # noqa: E402
+from victor_actors import (  # noqa: E402
+    ScopeAccessError,
+    ScopeRef,
+    StoreLockedError,
+    TransitionBatch,
+    TransitionValidationError,
+)
+from victor_actors.ray import RayStateManager, ShardUnavailableError  # noqa: E402
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -56,10 +62,8 @@ if cfg["mode"] == "share":
     for i in range(n):
         team.modify(lambda s: TransitionBatch().update_state("n", s.get_state("n", 0) + 1), retries=1000)
         m.get_conversation_state(f"c{i % 3}").add_message({"d": me, "i": i})
-        own.modify(
-            lambda s: TransitionBatch().add_message(i).update_state("g", s.get_state("g", 0) + 1, scope="global"),
-            retries=1000,
-        )
+        own.modify(lambda s: TransitionBatch().add_message(i)
+                   .update_state("g", s.get_state("g", 0) + 1, scope="global"), retries=1000)
     end = time.monotonic() + 60
     while team.get("n", 0) < cfg["total"] and time.monotonic() < end:
         time.sleep(0.05)  # polling the other drivers' progress; it orders nothing
@@ -67,7 +71,7 @@ if cfg["mode"] == "share":
             for k in range(3)}
     say("SEEN", json.dumps({"n": team.get("n"), "g": m.get_global_state().get("g"), "messages": seen}))
 
-elif cfg["mode"] == "writer":  # until killed: a message per batch, and a cross-shard +1 on global in every other
+elif cfg["mode"] == "writer":  # until killed: a message per batch, a cross-shard +1 on global in every other
     conv = m.get_conversation_state("k", team_id="kt")
     i = 0
     while True:
@@ -297,6 +301,214 @@ def test_uvicorn_workers_each_connected_to_the_same_shards(cluster: Any, tmp_pat
         web.terminate()
         web.wait(30)
         m.shutdown()
+
+
+def _tool_results(m: RayStateManager, ref: str, count: int) -> list[Any]:
+    """The TOOL_RESULT messages of ``ref`` once ``count`` have landed (read by the driver, 60 s at most)."""
+    conv = m.scope(ref)
+    end = time.monotonic() + 60
+    while True:
+        found = [dict(x) for x in conv.snapshot().messages if isinstance(x, dict) or hasattr(x, "get")]
+        found = [x for x in found if x.get("role") == "tool"]
+        if len(found) >= count or time.monotonic() > end:
+            return found
+        time.sleep(0.05)  # polling a shard's state from the driver; it orders nothing
+
+
+def test_a_tool_call_goes_to_a_driver_that_registered_the_tool(cluster: Any, tmp_path: Path) -> None:
+    """Regression (issue 24, item 3): a shard handed each tool call to whichever driver polled first,
+    and a driver without the tool recorded ``LookupError`` as its result. Now a call goes only to a
+    driver that registered the tool; when that driver leaves, the call waits for another one; when
+    none comes within the tool's timeout, it is answered with ``ToolUnavailableError``. (On main the
+    second driver could not even attach.)"""
+    path = str(tmp_path / "store")
+    a = RayStateManager.open(path, shards=2)
+    b = RayStateManager.open(path, shards=2)  # another driver of the same shards (here in this process)
+    try:
+        ran: list[str] = []
+        a.register_tool("lookup", lambda call: (ran.append(call.request_id), {"q": call.arguments["q"]})[1])
+        b.register_tool("other", lambda call: "never called")  # b polls every shard for tool calls too
+        conv = b.get_conversation_state("tools", team_id="t")
+        for i in range(6):
+            conv.apply(TransitionBatch().execute_tool("lookup", {"q": i}, request_id=f"r{i}"))
+        results = _tool_results(b, "conversation:tools", 6)
+        assert [x["error"] for x in results] == [None] * 6
+        assert sorted(x["content"]["q"] for x in results) == list(range(6)) and sorted(ran) == sorted(
+            f"r{i}" for i in range(6)
+        )
+        a.close()  # a leaves: a call for its tool waits for a driver that registers it
+        conv.apply(TransitionBatch().execute_tool("lookup", {"q": 7}, request_id="late"))
+        c = RayStateManager.open(path, shards=2)
+        c.register_tool("lookup", lambda call: {"q": call.arguments["q"], "by": "c"}, timeout=1.0)
+        late = _tool_results(b, "conversation:tools", 7)[-1]
+        assert late["error"] is None and late["content"] == {"q": 7, "by": "c"}
+        c.close()  # and with nobody to take it, the call is answered (typed), within the tool's timeout
+        conv.apply(TransitionBatch().execute_tool("lookup", {"q": 8}, request_id="orphan"))
+        orphan = _tool_results(b, "conversation:tools", 8)[-1]
+        assert orphan["error"].startswith("ToolUnavailableError: no client that registered tool 'lookup'")
+        assert not conv.snapshot().pending_tool_requests
+    finally:
+        b.shutdown()
+
+
+def test_events_reach_every_driver_in_commit_order(cluster: Any, tmp_path: Path) -> None:
+    """Two drivers subscribe to one conversation and both write to it: each sees every commit once,
+    in order, whoever made it."""
+    path = str(tmp_path / "store")
+    a = RayStateManager.open(path, shards=2)
+    b = RayStateManager.open(path, shards=2)
+    try:
+        conv_a = a.get_conversation_state("ev", team_id="t")
+        conv_b = b.get_conversation_state("ev")  # by its id alone
+        seen: dict[str, list[int]] = {"a": [], "b": []}
+        done = {k: threading.Event() for k in seen}
+
+        def on(key: str) -> Any:
+            def callback(event: Any) -> None:
+                seen[key].append(event.new_version)
+                if event.new_version == 10:
+                    done[key].set()
+
+            return callback
+
+        subs = [conv_a.subscribe(on("a")), conv_b.subscribe(on("b"))]
+        for i in range(10):
+            (conv_a if i % 2 else conv_b).add_message(i)
+        assert done["a"].wait(60) and done["b"].wait(60)
+        for sub in subs:
+            sub.close()
+        assert seen == {"a": list(range(1, 11)), "b": list(range(1, 11))}
+        assert list(conv_a.snapshot().messages) == list(range(10))
+    finally:
+        a.close()
+        b.shutdown()
+
+
+def test_a_scope_is_found_by_its_id_alone_and_never_split(cluster: Any, tmp_path: Path) -> None:
+    """Regression (issue 24, item 2): opening a conversation by its id alone, without its team, silently
+    created a second, empty conversation with the same id on another shard. Failed before the fix
+    (version 0, another shard). Now the directory finds it; creating it under another parent is
+    refused as it is locally; two drivers creating one id under two teams at once: one wins, the
+    other is refused, and both then find the winner's."""
+    path = str(tmp_path / "store")
+    a = RayStateManager.open(path, shards=2)
+    b = RayStateManager.open(path, shards=2)
+    try:
+        created = a.get_conversation_state("s1", team_id="t")
+        created.add_message("hi")
+        for m in (a, b):
+            found = m.get_conversation_state("s1")
+            assert (found.ref, found.lineage, found.shard, found.version) == (
+                created.ref,
+                created.lineage,
+                created.shard,
+                1,
+            )
+        with pytest.raises(ScopeAccessError, match="already exists under team:t, not under team:u"):
+            b.get_conversation_state("s1", team_id="u")
+        wf = a.get_conversation_state("s2", workflow_id="w", team_id="t")
+        assert b.get_workflow_state("w").lineage == (ScopeRef("team", "t"), ScopeRef("global", "global"))
+        assert b.get_conversation_state("s2", workflow_id="w").address == wf.address
+        with pytest.raises(ScopeAccessError):
+            b.get_conversation_state("never", create=False)
+        for round_ in range(5):  # the same id under two teams from two drivers at once
+            barrier = threading.Barrier(2)
+            outcome: dict[str, Any] = {}
+
+            def make(m: RayStateManager, team: str, name: str, barrier: Any, outcome: dict[str, Any]) -> None:
+                barrier.wait()
+                try:
+                    outcome[team] = m.get_conversation_state(name, team_id=team).address
+                except ScopeAccessError as exc:
+                    outcome[team] = exc
+
+            threads = [
+                threading.Thread(target=make, args=(m, t, f"race{round_}", barrier, outcome))
+                for m, t in ((a, "ta"), (b, "tb"))
+            ]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            won = [v for v in outcome.values() if isinstance(v, tuple)]
+            assert len(won) == 1, outcome
+            for m in (a, b):
+                assert m.get_conversation_state(f"race{round_}").address == won[0]
+    finally:
+        a.close()
+        b.shutdown()
+
+
+def test_shutdown_stops_the_shards_for_every_driver(cluster: Any, tmp_path: Path) -> None:
+    """``close()`` detaches one driver (the shards and the other drivers carry on); ``shutdown()``
+    flushes and stops the shards for everyone, and a path is then opened afresh from its stores."""
+    path = str(tmp_path / "store")
+    a = RayStateManager.open(path, shards=2)
+    b = RayStateManager.open(path, shards=2, request_timeout=2.0)
+    conv = b.get_conversation_state("kept", team_id="t")
+    conv.add_message("before")
+    b.close()  # detached: the shards carry on for a
+    assert a.get_conversation_state("kept").version == 1
+    c = RayStateManager.open(path, shards=2, request_timeout=2.0)
+    names = [f"victor-actors-{a._found.token}-shard-{n}" for n in range(2)]
+    a.shutdown()
+    for name in names:
+        with pytest.raises(ValueError):
+            ray.get_actor(name, namespace="victor_actors")
+    with pytest.raises(ShardUnavailableError) as info:
+        c.get_conversation_state("kept").add_message("after")
+    assert not info.value.may_have_applied
+    c.close()
+    d = RayStateManager.open(path, shards=2)  # new shards, from the stores
+    assert list(d.get_conversation_state("kept").snapshot().messages) == ["before"]
+    d.shutdown()
+
+
+def test_a_shard_refuses_a_store_another_live_shard_holds(cluster: Any, tmp_path: Path) -> None:
+    """Two sets of shards for one path (as two Ray clusters given the same path would start): the
+    second is refused with ``StoreLockedError`` naming the holder, and starts nothing."""
+    from victor_actors.ray._cluster import Shards
+
+    path = str(tmp_path / "store")
+    a = RayStateManager.open(path, shards=2)
+    try:
+        a.get_conversation_state("x").add_message("held")
+        holder = ray.get(a.shard_actor(0).ping.remote())["pid"]
+        with pytest.raises(StoreLockedError, match=f"held by another live shard \\(pid {holder} on"):
+            Shards.attach(path, 2, "an-intruder", {}, max_restarts=0, shard_options=None)
+        for n in range(2):
+            with pytest.raises(ValueError):  # the refused shards were not left running
+                ray.get_actor(f"victor-actors-an-intruder-shard-{n}", namespace="victor_actors")
+        assert list(a.get_conversation_state("x").snapshot().messages) == ["held"]
+    finally:
+        a.shutdown()
+
+
+def test_connect_takes_a_ray_target(cluster: Any, tmp_path: Path) -> None:
+    """``victor_actors.connect`` with ``victor-ray://`` (not Ray Client's ``ray://``): a driver of the
+    store's shards; malformed targets are refused with a typed error before anything starts."""
+    import victor_actors
+
+    path = str(tmp_path / "store")
+    a = RayStateManager.open(path, shards=2)
+    try:
+        a.get_team_state("t").set("k", 1)
+        with victor_actors.connect(f"victor-ray://{path}?shards=2", request_timeout=10) as client:
+            assert isinstance(client, RayStateManager) and client.shards == 2
+            assert client.get_team_state("t").get("k") == 1
+        with victor_actors.connect(f"victor-ray://{path}") as client:  # the count of the running shards
+            assert client.shards == 2
+        for bad in (
+            "victor-ray://relative/path",
+            f"victor-ray://{path}?shards=0",
+            f"victor-ray://{path}?x=1",
+        ):
+            with pytest.raises(TransitionValidationError):
+                victor_actors.connect(bad)
+        with pytest.raises(TransitionValidationError, match="token_file"):
+            victor_actors.connect(f"victor-ray://{path}", token_file="/dev/null")
+    finally:
+        a.shutdown()
 
 
 def test_a_shard_on_a_removed_node_restarts_elsewhere_and_drivers_resume(
