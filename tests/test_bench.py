@@ -28,7 +28,7 @@ from victor_actors.cli import main
 
 PACKAGE = Path(bench.__file__).resolve().parent
 HINT = "langgraph not installed (pip install 'victor-actors[bench]')"
-NO_PLOT = "The plot needs matplotlib"
+NO_PLOT = "The figures need matplotlib"
 TARGET_IDS = {
     "apply_p50",
     "apply_p99",
@@ -149,20 +149,18 @@ def test_quick_run_prints_the_table_and_writes_the_json(quick_run: tuple[Path, d
         assert size["ours"]["start_s"] > 0 and size["bare"]["start_s"] > 0 and size["ratio_start"] > 0
 
     rows = {r["id"]: r for r in doc["rows"]}
-    assert set(rows) == {spec.id for spec in bench.ROWS}
+    selected = {"startup", "agent", "langgraph"}
+    assert set(rows) == {spec.id for spec in bench.ROWS if spec.bench in selected}  # only what was asked
     for row in rows.values():
         assert set(row) >= {"bench", "what", "unit", "better", "ours", "baseline", "ratio", "note"}
     for rid in ("startup_small", "startup_large", "agent_durable"):
         assert rows[rid]["ratio"] == pytest.approx(rows[rid]["ours"] / rows[rid]["baseline"])
-    assert rows["apply_p50"]["ratio"] is None and rows["apply_p50"]["note"] == "not selected (--only)"
-
     targets = {t["id"]: t for t in doc["targets"]}
-    assert set(targets) == TARGET_IDS
+    assert set(targets) == {tid for tid in TARGET_IDS if tid.startswith("lg_")}  # startup, agent: none
     for t in targets.values():
         assert t["verdict"] in ("MET", "MISSED", "NOT RUN") and t["op"] in ("<=", ">=") and t["threshold"] > 0
         if t["verdict"] == "MISSED":
             assert t["why"] and "no explanation" not in t["why"]
-    assert targets["apply_p50"]["verdict"] == "NOT RUN"
     assert doc["benchmarks"]["agent"]["status"] == "ok"  # ours runs with or without LangGraph
     lg_targets = [t for tid, t in targets.items() if tid.startswith("lg_")]
     assert len(lg_targets) == 7
@@ -174,11 +172,15 @@ def test_quick_run_prints_the_table_and_writes_the_json(quick_run: tuple[Path, d
         assert all(t["verdict"] == "NOT RUN" for t in lg_targets)
 
     assert "MEASURED (same run; ratio = ours / baseline)" in stdout
-    assert "TARGET" in stdout and "\ntargets: " in stdout
     assert "start N scope actors / N bare pykka actors (larger N)" in stdout
+    assert "not selected" not in stdout and "[core]" not in stdout and "apply p50" not in stdout
+    if doc["benchmarks"]["langgraph"]["status"] == "ok":
+        assert "TARGET" in stdout and "\ntargets: " in stdout
+    # the closing hint writes the report outside the checkout, never over docs/
+    assert "python -m victor_actors.bench.report" in stdout and "--out docs" not in stdout
 
 
-def test_report_writes_the_markdown_and_the_plot(
+def test_report_writes_the_markdown_and_the_figures(
     quick_run: tuple[Path, dict[str, Any], str], tmp_path: Path
 ) -> None:
     path, doc, _ = quick_run
@@ -189,17 +191,20 @@ def test_report_writes_the_markdown_and_the_plot(
     assert "| target | measured | verdict | why (misses, from this run's numbers) |" in md
     for t in doc["targets"]:
         assert f"| {t['target']} |" in md
+    assert "apply p50" not in md and "not selected" not in md  # only the benchmarks that were selected
     assert "## Machine" in md and f"| CPU | {doc['meta']['cpu_model']} |" in md
     assert "## Measured values" in md and "start N scope actors / N bare pykka actors (smaller N)" in md
     assert "### startup" in md and "ratio_start" in md  # every value the benchmark wrote
     assert "| startup | `victor_actors.bench.startup` | ok |" in md
-    png = tmp_path / "benchmarks.png"
+    figures = {"bench-startup.png", "bench-agent.png"}  # the questions this run has data for
     if HAS_MATPLOTLIB:
-        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-        assert "![ratios against targets](benchmarks.png)" in md and NO_PLOT not in md
-        assert "benchmarks.png" in proc.stdout
+        for name in figures:
+            assert (tmp_path / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
+            assert f"]({name})" in md and name in proc.stdout
+        assert "## Figures" in md and "### How long do N scope actors take to start?" in md
+        assert NO_PLOT not in md and not (tmp_path / "bench-latency.png").exists()  # core did not run
     else:
-        assert not png.exists() and NO_PLOT in md
+        assert not any((tmp_path / name).exists() for name in figures) and NO_PLOT in md
 
 
 def test_report_keeps_the_hand_written_notes_below_the_marker(
@@ -221,11 +226,13 @@ def test_report_without_matplotlib_still_writes_the_markdown_and_says_so(
 ) -> None:
     path, _doc, _ = quick_run
     (tmp_path / "benchmarks.png").write_bytes(b"a plot from an earlier run")
+    (tmp_path / "bench-agent.png").write_bytes(b"a figure from an earlier run")
     proc = report(path, tmp_path, block_matplotlib=True)
     md = (tmp_path / "benchmarks.md").read_text()
-    assert NO_PLOT in md and "pip install 'victor-actors[bench]'" in md and "](benchmarks.png)" not in md
+    assert NO_PLOT in md and "pip install 'victor-actors[bench]'" in md and ".png)" not in md
     assert "## Targets" in md
     assert not (tmp_path / "benchmarks.png").exists()  # a stale plot would not match the report
+    assert not (tmp_path / "bench-agent.png").exists()
     assert NO_PLOT in proc.stdout
 
 
@@ -454,3 +461,205 @@ def test_the_checkpoints_rows_divide_by_the_final_state_and_explain_a_miss() -> 
     assert verdicts["disk_10k"] == ("MET", "")
     verdict, why = verdicts["bytes_written"]
     assert verdict == "MISSED" and "the commit log alone is 3,000 B (3.00x" in why and "3.50x" in why
+
+
+# -- only what ran, reports outside the checkout, figures --------------------------------------------------
+
+
+def test_only_prints_and_keeps_what_was_selected(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Regression (issue 29, item 7): ``--only startup`` printed every other benchmark's section and
+    about 30 NOT RUN targets, and the JSON carried them as "not selected". Now the table, the targets
+    and the JSON hold the selected benchmark only. This failed before the fix."""
+    fake_bench(
+        monkeypatch,
+        tmp_path,
+        "import json, sys\n"
+        "path = sys.argv[sys.argv.index('--json') + 1]\n"
+        "side = lambda s: {'start_s': s, 'rss_per_actor_bytes': 0}\n"
+        "size = lambda n: {'actors': n, 'rounds': 1, 'ours': side(2.0), 'bare': side(1.0)}\n"
+        "sizes = {str(n): size(n) for n in (10, 20)}\n"
+        "json.dump({'sizes': sizes}, open(path, 'w'))\n",
+    )
+    out = tmp_path / "bench.json"
+    assert main(["bench", "--quick", "--only", "startup", "--json", str(out)]) == 0
+    stdout = capsys.readouterr().out
+    doc = json.loads(out.read_text())
+    assert {r["bench"] for r in doc["rows"]} == {"startup"} and doc["targets"] == []
+    assert "[startup]" in stdout and "start N scope actors / N bare pykka actors (larger N)" in stdout
+    for other in ("[core]", "[store]", "[langgraph]", "NOT RUN", "not selected", "TARGET"):
+        assert other not in stdout, other
+    assert f"python -m victor_actors.bench.report {out}" in stdout and "--out docs" not in stdout
+    assert str(tmp_path / "bench-report") in stdout  # where the report will go
+
+
+def test_a_report_goes_beside_its_json_and_never_into_the_checkout(
+    quick_run: tuple[Path, dict[str, Any], str], tmp_path: Path
+) -> None:
+    """Regression (issue 29, item 7): the report defaulted to the checkout's docs/, so the hint the
+    run printed overwrote the committed docs/benchmarks.md with a quick run. This failed before the
+    fix."""
+    from victor_actors.bench._machine import source_checkout
+    from victor_actors.bench.report import default_out
+
+    path, _, _ = quick_run
+    local = tmp_path / "mine.json"
+    local.write_text(path.read_text())
+    proc = subprocess.run(
+        [sys.executable, "-m", "victor_actors.bench.report", str(local)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "mine-report" / "benchmarks.md").read_text().startswith("# Benchmarks\n")
+    assert default_out(local) == tmp_path / "mine-report"
+    checkout = source_checkout()
+    if checkout is not None:  # a JSON kept in the checkout: its report goes to the temporary directory
+        inside = default_out(checkout / "bench.json")
+        assert not inside.resolve().is_relative_to(checkout.resolve())
+        assert inside.name == "bench-report"
+
+
+def test_a_quick_run_does_not_replace_a_full_runs_report_without_force(
+    quick_run: tuple[Path, dict[str, Any], str], tmp_path: Path
+) -> None:
+    path, _, _ = quick_run
+    full = "# Benchmarks\n\nGenerated by ... (default mode, wall time 282 s). ...\n"
+    (tmp_path / "benchmarks.md").write_text(full)
+    cmd = [sys.executable, "-m", "victor_actors.bench.report", str(path), "--out", str(tmp_path)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "holds the report of a full run" in proc.stderr
+    assert "nothing was written" in proc.stderr and (tmp_path / "benchmarks.md").read_text() == full
+    proc = subprocess.run([*cmd, "--force"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "(quick mode," in (tmp_path / "benchmarks.md").read_text()
+
+
+def _synthetic_run() -> dict[str, Any]:
+    """A run's JSON with every benchmark a figure reads, in the shape each benchmark writes it."""
+
+    def ok(result: dict[str, Any]) -> dict[str, Any]:
+        return {"status": "ok", "module": "m", "about": "a", "seconds": 1.0, "result": result}
+
+    def lat(p50: float, p99: float) -> dict[str, float]:
+        return {"n": 100, "median_us": p50, "p99_us": p99}
+
+    saver = {
+        "put_per_s": 2000.0,
+        "get_tuple_per_s": 50_000.0,
+        "graph_s": [0.25, 0.27],
+        "concurrent_s": [3.4, 3.5],
+        "disk": {"size": 557_190},
+        "long_disk": {"size": 1_147_014},
+    }
+    benchmarks = {
+        "core": ok(
+            {
+                "latency": {
+                    "echo": lat(58.4, 97.4),
+                    "apply1": lat(73.0, 126.0),
+                    "aapply1": lat(83.5, 131.5),
+                    "snap10": lat(0.83, 1.35),
+                    "snap100k": lat(0.82, 1.36),
+                }
+            }
+        ),
+        "pipeline": ok({"throughput": {"aapply_10": {"per_s": 22_369.0}}}),
+        "store": ok(
+            {
+                "throughput": {
+                    "sync1": {"rate": 1602.0},
+                    "sqlite_put": {"rate": 3315.0},
+                    "sync100": {"rate": 3590.0},
+                    "raw_lmdb": {"rate": 3741.0},
+                    "mem1": {"rate": 14_177.0},
+                },
+                "storage": {
+                    "ours": {"scope_bytes_at": {"250": 88_594, "1000": 132_001}},
+                    "sqlite": {"file_bytes_at": {"250": 9_698_976, "1000": 116_470_176}},
+                },
+            }
+        ),
+        "groupcommit": ok(
+            {
+                "results": {
+                    "one_sync": 17_735.0,
+                    "one_mem": 25_165.0,
+                    "many_sync": 15_696.0,
+                    "many_mem": 11_085.0,
+                }
+            }
+        ),
+        "checkpoints": ok(
+            {
+                "runs": {
+                    "1000": {"data_mdb": 299_008, "final_state_bytes": 66_169},
+                    "10000": {"data_mdb": 1_044_480, "final_state_bytes": 632_865},
+                }
+            }
+        ),
+        "langgraph": ok(
+            {
+                "results": {
+                    "victor_actors": saver,
+                    "sqlite": {**saver, "put_per_s": 2862.0},
+                    "lmdb": {**saver, "put_per_s": 2552.0},
+                    "memory": {"concurrent_s": [1.5, 1.4]},
+                }
+            }
+        ),
+        "agent": ok({"rates": {"ours_sync": 1814.0, "ours_memory": 8256.0, "langgraph_sqlite": 259.5}}),
+        "startup": ok({"sizes": {"1000": {"ours": {"start_s": 0.17}, "bare": {"start_s": 0.17}}}}),
+    }
+    results = {n: b["result"] for n, b in benchmarks.items()}
+    rows, targets = bench.evaluate(results, {})
+    rows = [r for r in rows if r["bench"] in benchmarks]
+    targets = [t for t in targets if t["bench"] in benchmarks]
+    meta = {"cpu_model": "test CPU", "date": "2026-12-02", "cpus": 2, "cpus_usable": 2}
+    return {
+        "schema": 1,
+        "mode": "default",
+        "wall_seconds": 1.0,
+        "meta": meta,
+        "benchmarks": benchmarks,
+        "rows": rows,
+        "targets": targets,
+    }
+
+
+def test_each_figure_answers_one_question_with_the_measured_values(tmp_path: Path) -> None:
+    """One figure per question, drawn only from benchmarks that ran (matplotlib is in the test extra)."""
+    from victor_actors.bench._plots import FIGURES, _concurrency_data, _langgraph_data
+    from victor_actors.bench.report import write
+
+    doc = _synthetic_run()
+    md_path, figures = write(doc, tmp_path, "run.json")
+    assert not isinstance(figures, str)
+    assert [f.name for f in figures] == [f.name for f in FIGURES]  # every question, in order
+    md = md_path.read_text()
+    for figure in figures:
+        assert (tmp_path / figure.file).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", figure.file
+        assert f"### {figure.question}\n\n![{figure.question}]({figure.file})\n\n{figure.caption}" in md
+    # the values themselves, ours beside the peers, placed at the requests in flight they had
+    series = {label: points for label, _c, _m, _l, points in _concurrency_data(doc) or []}
+    assert series["ours, durable (sync), 1 scope"] == [(1, 1602.0), (1000, 17_735.0)]
+    assert series["ours, durable (sync), 100 scopes"] == [(100, 3590.0), (10_000, 15_696.0)]
+    assert series["ours, in memory, 1 scope"] == [(1, 14_177.0), (1000, 25_165.0), (10_000, 22_369.0)]
+    assert series["LangGraph SqliteSaver put (durable)"] == [(1, 3315.0)]
+    panels = {title: bars for title, _better, bars in _langgraph_data(doc) or []}
+    assert [(label, v) for label, _c, v in panels["puts per second"]] == [
+        ("ours", 2000.0),
+        ("SqliteSaver", 2862.0),
+        ("LMDBSaver", 2552.0),
+    ]
+
+    # a run of two benchmarks draws their figures only, and a regeneration removes the others
+    only = {**doc, "benchmarks": {n: doc["benchmarks"][n] for n in ("agent", "startup")}}
+    _, figures = write(only, tmp_path, "run.json")
+    assert not isinstance(figures, str) and [f.name for f in figures] == ["agent", "startup"]
+    assert sorted(p.name for p in tmp_path.glob("*.png")) == ["bench-agent.png", "bench-startup.png"]
+    md = md_path.read_text()
+    assert "bench-latency.png" not in md and "### What does one request cost?" not in md

@@ -100,6 +100,40 @@ def test_history_lists_commits_with_summaries_and_checkpoints(
     assert rest[0].startswith("v11 ") and rest[-1].startswith("v20 ") and rest[-1].endswith("[checkpoint]")
 
 
+def test_history_calls_a_rollback_a_rollback_and_a_restore_a_restore(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Regression (issue 29, item 8): a run's rollback was listed as ``reset`` with "restore or
+    rollback", where the inspector says ``rollback``; a restore and a rollback read the same.
+    This failed before the fix."""
+    from victor_actors import RunFailedError
+
+    with GlobalStateManager.open(tmp_path) as m:
+        conv = m.get_conversation_state("c")
+        conv.set("k", 1)  # v1
+        with pytest.raises(RunFailedError), m.run("sess") as failed:
+            conv.set("k", 2)  # v2, the run's
+            raise RuntimeError("the run fails")  # v3: its rollback
+        m.restore(conv.ref, 1)  # v4: a restore, made by no run
+    code, out, _ = run(capsys, "history", str(tmp_path), "conversation:c")
+    assert code == 0
+    _head, *lines = out.splitlines()
+    fields = [line.split() for line in lines]
+    assert [f[0] for f in fields] == ["v1", "v2", "v3", "v4"]
+    assert [f[4] for f in fields] == ["batch", "batch", "rollback", "restore"]
+    assert fields[1][3] == fields[2][3] == f"run={failed.id}" and fields[3][3] == "-"
+    assert "the run's writes undone" in lines[2] and "restored" in lines[3]
+
+    code, out, _ = run(capsys, "export", str(tmp_path), "conversation:c")
+    log = json.loads(out)["scopes"][0]["log"]
+    assert [(c["kind"], c["rollback"]) for c in log] == [
+        ("batch", False),
+        ("batch", False),
+        ("reset", True),
+        ("reset", False),
+    ]
+
+
 def test_show_prints_state_as_json_now_and_at_a_version(
     store: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

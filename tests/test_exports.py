@@ -25,6 +25,8 @@ SEED_NAMES = {
     "TransitionType",
     "TransitionBatch",
     "CoordinatorResult",
+    "TransitionApplier",
+    "create_snapshot",
 }
 
 
@@ -46,7 +48,14 @@ def _documented(module: str) -> set[str]:
 
 @pytest.mark.parametrize(
     "module",
-    ["victor_actors", "victor_actors.lowlevel", "victor_actors.testing", "victor_actors.ray", "victor_actors.remote"],
+    [
+        "victor_actors",
+        "victor_actors.lowlevel",
+        "victor_actors.testing",
+        "victor_actors.protocols",
+        "victor_actors.ray",
+        "victor_actors.remote",
+    ],
 )
 def test_api_md_documents_exactly_all(module: str) -> None:
     exported = set(importlib.import_module(module).__all__)
@@ -59,7 +68,14 @@ def test_api_md_documents_exactly_all(module: str) -> None:
 
 @pytest.mark.parametrize(
     "module",
-    ["victor_actors", "victor_actors.lowlevel", "victor_actors.testing", "victor_actors.ray", "victor_actors.remote"],
+    [
+        "victor_actors",
+        "victor_actors.lowlevel",
+        "victor_actors.testing",
+        "victor_actors.protocols",
+        "victor_actors.ray",
+        "victor_actors.remote",
+    ],
 )
 def test_every_exported_name_exists(module: str) -> None:
     mod = importlib.import_module(module)
@@ -73,9 +89,8 @@ def test_the_top_level_is_small_and_keeps_the_seed_names() -> None:
     assert "current_run_id" in names and "RunContext" in names and "ToolDispatcher" in names
     errors = {n for n in names if n.endswith("Error")}
     assert all(issubclass(getattr(victor_actors, n), victor_actors.VictorActorsError) for n in errors)
-    # about 20 names for orchestrator code, plus the error hierarchy and __version__ (thaw joined them
-    # again in issue 29: reads are frozen, and plain copies belong next to them)
-    assert len(names - errors - {"__version__"}) <= 23
+    # about 20 names for orchestrator code (the seeds' own among them), plus the errors and __version__
+    assert len(names - errors - {"__version__"}) <= 25
 
 
 def test_internals_are_not_exported() -> None:
@@ -83,9 +98,7 @@ def test_internals_are_not_exported() -> None:
         assert hidden not in victor_actors.__all__
 
 
-@pytest.mark.parametrize(
-    "name", ["reduce", "ScopeState", "MapView", "MessageLog", "Codec", "FrozenDict"]
-)
+@pytest.mark.parametrize("name", ["reduce", "ScopeState", "MapView", "MessageLog", "Codec", "FrozenDict"])
 def test_a_moved_name_still_imports_from_the_top_with_a_deprecation_warning(name: str) -> None:
     with pytest.warns(DeprecationWarning, match=rf"victor_actors\.{name} moved to victor_actors\.lowlevel"):
         old = getattr(victor_actors, name)
@@ -115,6 +128,14 @@ def test_thaw_is_on_top_and_makes_plain_copies_of_what_reads_return() -> None:
         state["plan"]["steps"].append("mutated")  # a copy: the snapshot is untouched
         assert snap.get_state("plan") == {"steps": ("fetch", "chart")}
         assert victor_actors.thaw("text") == "text" and victor_actors.thaw(b"raw") == b"raw"
+
+
+def test_thaw_is_back_on_top_without_a_warning() -> None:
+    """A new user meets read-only messages first: ``victor_actors.thaw`` is where the plain copy is."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert victor_actors.thaw is victor_actors.lowlevel.thaw
+    assert "thaw" in victor_actors.__all__
 
 
 def test_an_unknown_top_level_name_is_an_attribute_error() -> None:

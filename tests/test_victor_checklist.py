@@ -269,9 +269,14 @@ def test_18_update_state_session_scope() -> None:
     assert TransitionBatch().update_state("k", 1, scope=StateScope.GLOBAL).transitions[0].scope is (
         StateScope.GLOBAL
     )
-    # Victor's "session" is not a scope here; it is rejected, not silently rerouted.
-    with pytest.raises(TransitionValidationError, match="session") as info:
-        TransitionBatch().update_state("key", "value", scope="session")
+    # Victor's "session" names the conversation's parent, a workflow or team (docs/adr/0025): it is
+    # kept as written and resolved when the batch is applied (tests/test_applier.py). Any other
+    # spelling is still rejected, not silently rerouted.
+    t = TransitionBatch().update_state("key", "value", scope="session").transitions[0]
+    assert t.data["scope"] == "session"
+    assert t.scope is None
+    with pytest.raises(TransitionValidationError, match="Session") as info:
+        TransitionBatch().update_state("key", "value", scope="Session")
     assert info.value.field == "scope"
     assert info.value.transition_type == "UPDATE_STATE"
 
@@ -799,7 +804,7 @@ def test_batch_nesting_is_flattened(manager: GlobalStateManager) -> None:
         StateTransition(T.BATCH, {"transitions": [a], "scope": "team"})
 
 
-@pytest.mark.parametrize("scope", ["session", "Session", "GLOBAL", "conversations", "", "nolevel:t", 5])
+@pytest.mark.parametrize("scope", ["sessions", "Session", "GLOBAL", "conversations", "", "nolevel:t", 5])
 def test_invalid_scope_strings_are_rejected(scope: Any) -> None:
     with pytest.raises(TransitionValidationError) as info:
         StateTransition(T.UPDATE_STATE, {"key": "k", "value": 1, "scope": scope})

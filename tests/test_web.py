@@ -257,6 +257,22 @@ def test_history_marks_checkpoints_and_rolled_back_runs(store_url: str, sim_stor
     ]
 
 
+def test_history_of_one_run_lists_its_writes_and_its_rollback(store_url: str) -> None:
+    """``run=`` keeps only that run's commits, newest first, paged like the whole history."""
+    run_id = api(store_url, "history", ref="conversation:long")["items"][0]["run_id"]
+    only = api(store_url, "history", ref="conversation:long", run=run_id)
+    assert only["run"] == run_id and only["count"] == 12 and only["next_before"] is None
+    assert [(r["version"], r["rollback"], r["run_id"]) for r in only["items"]] == [
+        (22, True, run_id),
+        (21, False, run_id),
+    ]
+    first = api(store_url, "history", ref="conversation:long", run=run_id, limit=1)
+    assert [r["version"] for r in first["items"]] == [22] and first["next_before"] == 22
+    rest = api(store_url, "history", ref="conversation:long", run=run_id, limit=1, before=22)
+    assert [r["version"] for r in rest["items"]] == [21] and rest["next_before"] is None
+    assert api(store_url, "history", ref="conversation:long", run="nobody:0")["items"] == []
+
+
 def test_state_at_a_version_with_a_window_of_messages(store_url: str) -> None:
     now = api(store_url, "state", ref=DEMO)
     assert now["version"] == 4 and now["message_count"] == 4
@@ -729,6 +745,9 @@ def test_browser_live_counter_moves_while_commits_run(
 
     shown = until(d, version_shown, "the tree")
     assert shown == manager.scope("conversation:talk").version
+    # the scope open in the pane beside the tree
+    d.find_element(By.CSS_SELECTOR, '#tree .scope-row[data-ref="conversation:talk"] a.scope-link').click()
+    until(d, lambda d: pane_version(d) == shown, "the scope pane")
     talk = manager.get_conversation_state("talk")
     stop = threading.Event()
 
@@ -748,6 +767,17 @@ def test_browser_live_counter_moves_while_commits_run(
         stop.set()
         writer.join(10)
 
+    # Regression (issue 29, item 8): the pane stayed at the version it was opened at while the
+    # tree moved on (v47 beside v79). It follows now: its version, its newest history row, its
+    # state. This failed before the fix.
+    final = talk.version
+    until(d, lambda d: version_shown(d) == final, "the tree at the last commit", timeout=15)
+    until(d, lambda d: pane_version(d) == final, "the pane to follow the commits", timeout=15)
+    until(d, lambda d: rows(d, "#history tr.commit", "data-version")[0] == str(final), "the history")
+    history = [int(v) for v in rows(d, "#history tr.commit", "data-version")]
+    assert history == sorted(set(history), reverse=True)  # new rows on top, none twice
+    until(d, lambda d: d.find_element(By.ID, "version-title").text == f"State at v{final} (current)", "state")
+
     # a run in progress shows, then its rollback
     with pytest.raises(RunFailedError), manager.run("sess-page", timeout=30) as run:
         talk.set("draft", "inside the run")
@@ -757,6 +787,101 @@ def test_browser_live_counter_moves_while_commits_run(
     until(d, lambda d: run.id in rows(d, "#runs-finished tr.run-row.rolled_back", "data-run"), "the rollback")
     assert run.id not in rows(d, "#runs-active tr.run-row", "data-run")
     shots(d, "inspector-live.png")
+
+    # Regression (issue 29, item 8): a run's row named its scopes as text; each is now a link to
+    # the run's commits in that scope (its write and its rollback). This failed before the fix.
+    store = manager.store
+    assert store is not None
+    ours = [v for v in store.log_versions(talk.ref) if store.commit_record(talk.ref, v).run_id == run.id]
+    assert len(ours) == 2  # the write, then its rollback
+    d.find_element(
+        By.CSS_SELECTOR,
+        f'#runs-finished tr.run-row[data-run="{run.id}"] a.run-scope[data-ref="conversation:talk"]',
+    ).click()
+    wanted = [str(v) for v in reversed(ours)]
+    until(d, lambda d: rows(d, "#history tr.commit", "data-version") == wanted, "the run's commits")
+    assert texts(d, "#history tr.commit .kind") == ["rollback", "batch"]
+    assert texts(d, "#history tr.commit .run") == [run.id, run.id]
+    assert run.id in d.find_element(By.ID, "history-count").text
+    d.find_element(By.CSS_SELECTOR, "#history-count a.all-commits").click()
+    until(d, lambda d: len(rows(d, "#history tr.commit", "data-version")) > 2, "every commit again")
+
+
+def pane_version(driver: Any) -> int | None:
+    """The version in the scope pane's summary (None before a scope is shown)."""
+    script = (
+        "const dt = Array.from(document.querySelectorAll('#scope-summary dt'))"
+        ".find(e => e.textContent === 'version');"
+        "return dt ? dt.nextElementSibling.textContent : null;"
+    )
+    found = driver.execute_script(script)
+    return int(found) if found else None
+
+
+def test_browser_live_panel_keeps_the_tree_in_view_after_many_runs(
+    browser: Any, shots: Callable[..., Path]
+) -> None:
+    """Regression (issue 29, item 8): with 50 finished runs and 50 supervision events the live
+    panel grew to about 2,100 px and pushed the scope tree out of the window. Its tables now
+    scroll inside it. This failed before the fix."""
+    from selenium.webdriver.common.by import By
+
+    d = browser
+    with GlobalStateManager.open() as manager, serve_manager(manager, port=0) as server:
+        conv = manager.get_conversation_state("busy", team_id="crew")
+        conv.set("k", 0)
+        open_page(d, server.url)
+        top_before = d.execute_script(
+            "return document.getElementById('tree-pane').getBoundingClientRect().top"
+        )
+        for i in range(55):
+            with pytest.raises(RunFailedError), manager.run(f"sess-{i}", timeout=30):
+                conv.set("k", i + 1)
+                api(server.url, "live")  # the live feed sees this run in progress
+                raise RuntimeError("rolled back on purpose")
+        for _ in range(25):
+            inject_fault(manager, conv.ref, RuntimeError("injected"))
+            with pytest.raises(ScopeFailedError):
+                conv.set("x", 1)
+        manager.quiesce()
+        until(d, lambda d: len(rows(d, "#runs-finished tr.run-row", "data-run")) == 50, "50 finished runs")
+        until(d, lambda d: len(rows(d, "#supervision tr.event", "data-seq")) == 50, "50 supervision events")
+        top = d.execute_script("return document.getElementById('tree-pane').getBoundingClientRect().top")
+        height = d.find_element(By.ID, "live").size["height"]
+        assert top < top_before + 400 and top < 700, (top_before, top)
+        assert height < 500, height
+        newest = d.find_element(By.CSS_SELECTOR, "#runs-finished tr.run-row")  # newest first, in view
+        assert newest.is_displayed() and newest.get_attribute("data-run").startswith("sess-54:")
+        shots(d, "inspector-live-many-runs.png")
+
+
+def test_browser_live_page_says_when_its_program_is_gone(browser: Any) -> None:
+    """Regression (issue 29, item 8): once the program serving the live page exited, the page
+    said "reconnecting" and any click showed a raw "Failed to fetch". It now says that the
+    program has probably stopped and that the page shows what it last read. This failed before
+    the fix."""
+    from selenium.webdriver.common.by import By
+
+    d = browser
+    manager = GlobalStateManager.open()
+    server = serve_manager(manager, port=0)
+    try:
+        manager.get_conversation_state("bye").set("k", 1)
+        open_page(d, server.url)
+        until(d, lambda d: d.find_element(By.ID, "live-status").text == "live", "the live stream")
+    finally:
+        server.close()  # as when the program exits: nothing answers at that address any more
+        manager.close()
+    until(d, lambda d: "disconnected" in d.find_element(By.ID, "live-status").text, "the disconnection")
+    assert "probably stopped" in d.find_element(By.ID, "live-status").text
+    d.find_element(By.ID, "refresh").click()  # a request to a server that is gone
+    box = until(
+        d,
+        lambda d: d.find_element(By.ID, "error") if d.find_element(By.ID, "error").is_displayed() else None,
+        "the error",
+    )
+    assert "does not answer" in box.text and "probably stopped" in box.text, box.text
+    assert "Failed to fetch" not in box.text
 
 
 def test_manager_serve_starts_the_live_inspector_over_a_running_manager() -> None:

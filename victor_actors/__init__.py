@@ -17,6 +17,7 @@ import os
 import warnings
 from typing import TYPE_CHECKING, Any
 
+from victor_actors._applier import TransitionApplier, create_snapshot
 from victor_actors._context import current_run_id
 from victor_actors._coordinator import Coordinator, CoordinatorRunner
 from victor_actors._errors import (
@@ -49,7 +50,8 @@ from victor_actors._model import (
 )
 from victor_actors._rollback import RollbackReport, RunFailedError, RunTimeoutError
 from victor_actors._runs import Run, RunContext
-from victor_actors._state import ContextSnapshot, StateChanged
+from victor_actors._snapshot import ContextSnapshot
+from victor_actors._state import StateChanged
 from victor_actors._tools import ToolCall, ToolDispatcher
 from victor_actors._values import thaw
 from victor_actors.remote import RemoteStateManager
@@ -96,6 +98,7 @@ __all__ = [
     "ToolCall",
     "ToolDispatcher",
     "ToolRequestNotFoundError",
+    "TransitionApplier",
     "TransitionBatch",
     "TransitionType",
     "TransitionValidationError",
@@ -103,6 +106,7 @@ __all__ = [
     "VictorActorsError",
     "__version__",
     "connect",
+    "create_snapshot",
     "current_run_id",
     "thaw",
 ]

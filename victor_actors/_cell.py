@@ -18,7 +18,8 @@ import pykka
 from victor_actors import _trace
 from victor_actors._events import Subscription
 from victor_actors._model import ScopeRef
-from victor_actors._state import ContextSnapshot, ScopeState
+from victor_actors._snapshot import ContextSnapshot
+from victor_actors._state import ScopeState
 
 __all__ = ["Observer", "ScopeCell", "mailbox_depth"]
 

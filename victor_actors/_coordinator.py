@@ -32,7 +32,8 @@ import attrs
 
 from victor_actors._errors import VersionConflictError, VictorActorsError
 from victor_actors._model import CoordinatorResult, TransitionBatch
-from victor_actors._state import ContextSnapshot, StateChanged
+from victor_actors._snapshot import ContextSnapshot
+from victor_actors._state import StateChanged
 from victor_actors._twins import Step, StepGen, adrive, drive, resolve_sync
 
 if TYPE_CHECKING:

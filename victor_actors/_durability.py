@@ -51,7 +51,8 @@ from victor_actors._kernel import Kernel
 from victor_actors._messages import ApplyRequest, CheckpointRequest
 from victor_actors._model import ScopeRef
 from victor_actors._options import DURABILITY_MODES
-from victor_actors._state import ContextSnapshot, ScopeState, StateChanged
+from victor_actors._snapshot import ContextSnapshot
+from victor_actors._state import ScopeState, StateChanged
 from victor_actors._values import check_text
 from victor_actors.store import (
     CheckpointBase,

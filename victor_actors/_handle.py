@@ -18,6 +18,7 @@ from victor_actors._errors import (
 )
 from victor_actors._events import Subscription
 from victor_actors._kernel import Kernel
+from victor_actors._level_checkpoints import ScopeDict
 from victor_actors._messages import ApplyRequest, AsyncReply
 from victor_actors._model import (
     CoordinatorResult,
@@ -28,11 +29,12 @@ from victor_actors._model import (
     TransitionType,
 )
 from victor_actors._runs import CURRENT_RUN, run_bound_deadline
-from victor_actors._state import ContextSnapshot, StateChanged
+from victor_actors._snapshot import ContextSnapshot
+from victor_actors._state import StateChanged
 from victor_actors._toolresult import await_tool_result, wait_tool_result
 from victor_actors._twins import Step, StepGen, adrive, drive
-from victor_actors._txn import apply_across, expected_for, split_by_scope, transact
-from victor_actors._values import FrozenDict, thaw
+from victor_actors._txn import apply_across, expected_for, resolve_session, split_by_scope, transact
+from victor_actors._values import FrozenDict
 
 __all__ = ["BatchLike", "ScopeHandle"]
 
@@ -167,11 +169,16 @@ class ScopeHandle:
         """Read ``key`` from this scope, else from its nearest ancestor that has it."""
         return self.snapshot().get_state(key, default)
 
-    def to_dict(self) -> dict[str, Any]:
-        """This scope's own key-value state as a plain, mutable deep copy."""
+    def to_dict(self) -> ScopeDict:
+        """This scope's own key-value state as a plain, mutable deep copy.
+
+        A ``dict`` that also names this scope instance and its version
+        (``.ref``, ``.version``): ADR-002's
+        ``await manager.save_checkpoint(StateScope.X, handle.to_dict())`` uses them.
+        """
         if self._kernel.fresh is not None:
-            return {key: thaw(value) for key, value in self.snapshot()._state.values.items()}
-        return {key: thaw(value) for key, value in self._cell.state.values.items()}
+            return ScopeDict.of(self.snapshot()._state)
+        return ScopeDict.of(self._cell.state)
 
     # -- writes ------------------------------------------------------------
 
@@ -182,8 +189,9 @@ class ScopeHandle:
         kernel.check_open(self.ref)
         if kernel.read_only:
             raise ScopeAccessError(f"the manager is read-only; {self.ref} takes no batches")
-        transitions = _transitions(batch)
-        parts = split_by_scope(self._cell, transitions)
+        cell = self._cell
+        transitions = self._checked(batch, cell)
+        parts = split_by_scope(cell, transitions)
         if expected_version is not None and not isinstance(expected_version, int):
             parts = self._checked_scopes(expected_version, transitions, parts)
             if parts is None:
@@ -197,6 +205,21 @@ class ScopeHandle:
             wait = max(deadline - time.monotonic(), 0.0)
             run_id = run.id
         return ApplyRequest(transitions, expected_version, deadline, run_id, reply), wait, parts  # type: ignore[arg-type]
+
+    def _captured(self, batch: BatchLike, cell: ScopeCell | None = None) -> tuple[StateTransition, ...]:
+        """The transitions of ``batch``, checked, with ``scope="session"`` resolved to this scope's parent."""
+        state = (self._cell if cell is None else cell).state
+        return resolve_session(state.ref, state.lineage, _transitions(batch))
+
+    def _checked(self, batch: BatchLike, cell: ScopeCell | None = None) -> tuple[StateTransition, ...]:
+        """:meth:`_captured`, and the application's rules (``validators``) checked."""
+        if cell is None:
+            cell = self._cell
+        transitions = self._captured(batch, cell)
+        validate = self._kernel.validate
+        if validate is not None:
+            validate(cell, transitions)
+        return transitions
 
     def _checked_scopes(
         self, expected: Mapping[Any, int], transitions: tuple[StateTransition, ...], parts: Parts
@@ -353,7 +376,7 @@ class ScopeHandle:
             raise TypeError("modify takes a callable: fn(snapshot) -> batch")
         for attempt in range(1, retries + 2):
             snapshot = self.snapshot()
-            transitions = _transitions((yield Step(fn, None, snapshot)))
+            transitions = self._captured((yield Step(fn, None, snapshot)))
             expected = self._read_versions(snapshot, transitions)
             try:
                 record: StateChanged = yield Step(
@@ -387,7 +410,7 @@ class ScopeHandle:
                 this one nor an ancestor.
             TransitionValidationError: ``batch`` is not a batch.
         """
-        parts = split_by_scope(self._cell, _transitions(batch))
+        parts = split_by_scope(self._cell, self._captured(batch))
         return frozenset((self.ref,) if parts is None else (self.ref, *parts))
 
     def modify(
@@ -458,7 +481,7 @@ class ScopeHandle:
         deadline = run_bound_deadline(time.monotonic() + wait)
         run = CURRENT_RUN.get()
         record = transact(
-            kernel, self._cell, fn, refs, deadline, _transitions, None if run is None else run.id
+            kernel, self._cell, fn, refs, deadline, self._checked, None if run is None else run.id
         )
         return self._ran(record)
 

@@ -37,9 +37,10 @@ from victor_actors._errors import (
     ScopeFailedError,
 )
 from victor_actors._events import EventBus, Subscription
-from victor_actors._model import ScopeRef
+from victor_actors._model import ScopeRef, StateTransition
 from victor_actors._options import Options
-from victor_actors._state import ContextSnapshot, ScopeState, StateChanged
+from victor_actors._snapshot import ContextSnapshot
+from victor_actors._state import ScopeState, StateChanged
 from victor_actors._trace import CLEAR, Names
 from victor_actors.store import Store
 
@@ -106,6 +107,9 @@ class Kernel:
         self.fresh: Callable[[ScopeCell], ContextSnapshot] | None = None
         # how this manager's scope ids appear in telemetry: hashed when the store is encrypted
         self.names = CLEAR if store is None or store.layout.id_key is None else Names(store.layout.id_key)
+        # the application's rules on what state may hold (the manager's ``validators``), checked by
+        # handles at the edge before a batch is sent; None when there are none
+        self.validate: Callable[[ScopeCell, tuple[StateTransition, ...]], None] | None = None
         name = f"victor-actors-{next(_manager_ids)}"
         self.bus = EventBus(name, self.names)
         # Commit ids: unique per process and runtime; next() on a count is atomic.

@@ -16,24 +16,49 @@ import threading
 import time
 import warnings
 import weakref
-from collections.abc import Callable, Iterator
-from typing import Any, ClassVar, Unpack
+from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping
+from typing import Any, ClassVar, Unpack, overload
 
 from victor_actors._cell import Observer, ScopeCell
 from victor_actors._errors import ScopeAccessError, VictorActorsError
 from victor_actors._events import Subscription
 from victor_actors._handle import ScopeHandle
+from victor_actors._level_checkpoints import NO_STATE, ScopeDict, is_level_form, ref_to_load, ref_to_save
+from victor_actors._memory_checkpoints import MemoryCheckpoints
 from victor_actors._messages import ApplyRequest, RestartRequest
 from victor_actors._model import GLOBAL_REF, ScopeRef, StateScope, TransitionBatch
 from victor_actors._options import OptionArgs, Options, Strategy
 from victor_actors._runs import Run, RunContext
 from victor_actors._runtime import Runtime
-from victor_actors._state import ContextSnapshot, StateChanged
+from victor_actors._snapshot import ContextSnapshot
+from victor_actors._state import StateChanged
 from victor_actors._supervision import SupervisionEvent, SupervisionPolicy
 from victor_actors._tools import ToolDispatcher
+from victor_actors._typed import register_message_type
+from victor_actors._validation import Rule, Validators
 from victor_actors.store import CheckpointInfo, Codec, Keyring, RecoveryReport, Store, encrypt_in_place
 
-__all__ = ["GlobalStateManager"]
+__all__ = ["STORE_ENV", "GlobalStateManager"]
+
+# Where GlobalStateManager.get_instance() keeps its store when configure() was not called.
+STORE_ENV = "VICTOR_ACTORS_STORE"
+# open()'s own keyword arguments (the rest are Options): what configure() may pass on.
+_OPEN_ARGS = frozenset(
+    {
+        "read_only",
+        "flush_interval",
+        "codec",
+        "map_size",
+        "supervision",
+        "encryption",
+        "encryption_migrate",
+        "lock_timeout",
+        "listen",
+        "token_file",
+        "message_types",
+        "validators",
+    }
+)
 
 _open_managers: weakref.WeakSet[GlobalStateManager] = weakref.WeakSet()
 
@@ -59,17 +84,25 @@ class GlobalStateManager:
 
     _default: ClassVar[GlobalStateManager | None] = None
     _default_lock: ClassVar[threading.Lock] = threading.Lock()
+    _configured: ClassVar[tuple[str | os.PathLike[str] | None, dict[str, Any]] | None] = None
 
     def __init__(
         self,
         *,
         store: Store | None = None,
         supervision: SupervisionPolicy | None = None,
+        message_types: Iterable[type] = (),
+        validators: Mapping[StateScope | str, Rule] | None = None,
         **options: Unpack[OptionArgs],
     ) -> None:
         self.options = Options.of(dict(options))
+        checks = Validators.of(validators)
+        for message_type in message_types:
+            register_message_type(message_type)
         self._runtime = Runtime(self.options, store, supervision=supervision, apply_result=self._apply_result)
         self._kernel = self._runtime.kernel
+        self._kernel.validate = checks.check if checks else None
+        self._memory = MemoryCheckpoints(self.options.keep_checkpoints) if store is None else None
         self._tree = self._runtime.tree
         self._durability = self._runtime.durability
         self._server: Any = None  # the listener of open(listen=...), if any
@@ -93,6 +126,8 @@ class GlobalStateManager:
         lock_timeout: float = 0.0,
         listen: str | list[str] | None = None,
         token_file: str | os.PathLike[str] | None = None,
+        message_types: Iterable[type] = (),
+        validators: Mapping[StateScope | str, Rule] | None = None,
         **options: Unpack[OptionArgs],
     ) -> GlobalStateManager:
         """Open a manager: in memory (``path=None``) or on an LMDB store at ``path``.
@@ -129,6 +164,16 @@ class GlobalStateManager:
         them with ``victor_actors.connect(url)``; ``token_file`` holds the
         token they must present (required for TCP beyond this machine).
 
+        The application's own types (``docs/state-passed.md``):
+        ``message_types`` registers message classes (attrs classes and
+        dataclasses) that come back as themselves from snapshots, after a
+        reopen too (see :meth:`register_message_type`). ``validators``
+        declares what state may hold, per level (``StateScope.TEAM: rule``)
+        or per key (``"plan_steps": rule``); a rule is a callable that raises
+        on a bad value, or an attrs class the value must convert to. A batch
+        that breaks a rule is refused at the edge with
+        :class:`TransitionValidationError`, nothing applied.
+
         Raises:
             StoreLockedError: another live manager owns ``path`` for writing
                 (for all of ``lock_timeout``).
@@ -137,6 +182,10 @@ class GlobalStateManager:
             TypeError: an option has an unknown name; nothing was opened.
         """
         Options.of(dict(options))  # refuse bad options before the store is touched
+        Validators.of(validators)
+        message_types = tuple(message_types)
+        for message_type in message_types:
+            register_message_type(message_type)
         if isinstance(lock_timeout, bool) or not isinstance(lock_timeout, (int, float)) or lock_timeout < 0:
             raise ValueError(f"lock_timeout must be a number of seconds >= 0, not {lock_timeout!r}")
         if listen is not None and read_only:
@@ -146,7 +195,9 @@ class GlobalStateManager:
                 raise ValueError("read_only needs a path")
             if encryption is not None:
                 raise ValueError("encryption needs a path: an in-memory manager stores nothing")
-            return cls(supervision=supervision, **options)._listen(listen, token_file)
+            return cls(
+                supervision=supervision, message_types=message_types, validators=validators, **options
+            )._listen(listen, token_file)
         if encryption_migrate:
             if encryption is None or read_only:
                 raise ValueError("encryption_migrate needs a keyring and a writable store")
@@ -161,7 +212,13 @@ class GlobalStateManager:
             lock_timeout=float(lock_timeout),
         )
         try:
-            manager = cls(store=store, supervision=supervision, **options)
+            manager = cls(
+                store=store,
+                supervision=supervision,
+                message_types=message_types,
+                validators=validators,
+                **options,
+            )
         except BaseException:
             store.close()
             raise
@@ -188,11 +245,45 @@ class GlobalStateManager:
 
     @classmethod
     def get_instance(cls) -> GlobalStateManager:
-        """The process-wide default manager (in memory), created on first use."""
+        """The process-wide default manager, created on first use (again after it was closed).
+
+        With no configuration it is in memory, and keeps its checkpoints in
+        memory, so ADR-002's example runs as written. :meth:`configure`
+        (called first) or the environment variable ``VICTOR_ACTORS_STORE``
+        (a path) puts it on an LMDB store instead.
+
+        Raises:
+            The errors of :meth:`open` for a configured store (nothing is kept).
+        """
         with cls._default_lock:
             if cls._default is None or cls._default.closed:
-                cls._default = cls()
+                path, options = cls._configured or (os.environ.get(STORE_ENV) or None, {})
+                cls._default = cls.open(path, **options)
             return cls._default
+
+    @classmethod
+    def configure(cls, path: str | os.PathLike[str] | None = None, **options: Any) -> None:
+        """Set where (and with what options of :meth:`open`) :meth:`get_instance` opens its manager.
+
+        Call it before the first ``get_instance()``; it overrides
+        ``VICTOR_ACTORS_STORE``. ``configure()`` with no path goes back to an
+        in-memory default.
+
+        Raises:
+            VictorActorsError: the default manager is already open (close it
+                first); nothing changed.
+            TypeError, ValueError: an option is unknown or out of range;
+                nothing changed.
+        """
+        Options.of({k: v for k, v in options.items() if k not in _OPEN_ARGS})
+        Validators.of(options.get("validators"))
+        with cls._default_lock:
+            if cls._default is not None and not cls._default.closed:
+                raise VictorActorsError(
+                    f"the default manager is already open ({cls._default!r}); configure() applies to the "
+                    "next get_instance() after it is closed; nothing changed"
+                )
+            cls._configured = (path, dict(options))
 
     def __enter__(self) -> GlobalStateManager:
         return self
@@ -258,6 +349,22 @@ class GlobalStateManager:
     def tools(self) -> ToolDispatcher:
         """The tool outbox's dispatcher: ``wait_idle()``, ``unhandled``, counters."""
         return self._runtime.tools
+
+    def register_message_type(self, cls: type, *, tag: str | None = None) -> str:
+        """Let instances of ``cls`` (an attrs class or a dataclass) be stored and come back as ``cls``.
+
+        They are stored as their fields under ``tag`` (default
+        ``"<module>.<qualname>"``) and revived from snapshots (messages and
+        key-value state), from checkpoints and after a reopen; a process
+        that did not register the tag reads them as read-only mappings. The
+        registry is the process's (as for ``register_converter``): a value is
+        frozen when its transition is made. Returns the tag.
+
+        Raises:
+            TypeError: ``cls`` is neither an attrs class nor a dataclass.
+            ValueError: the tag is another class's; nothing was registered.
+        """
+        return register_message_type(cls, tag=tag)
 
     # -- scopes -----------------------------------------------------------
 
@@ -366,28 +473,74 @@ class GlobalStateManager:
         """
         self._durability.set_durability(self._cell(scope_ref), mode)
 
-    def save_checkpoint(self, scope_ref: ScopeRef | str, *, label: str | None = None) -> str:
+    @overload
+    def save_checkpoint(
+        self, scope_ref: StateScope, state: Mapping[str, Any], /
+    ) -> Coroutine[Any, Any, str]: ...
+    @overload
+    def save_checkpoint(self, scope_ref: ScopeRef | str, *, label: str | None = None) -> str: ...
+    def save_checkpoint(self, scope_ref: Any, state: Any = NO_STATE, *, label: str | None = None) -> Any:
         """Write a full checkpoint of the scope's current committed state; return its id.
 
         The id is ``"<scope>:<id>@<version>"``. Saving twice at one version
-        keeps one checkpoint (the later label wins).
+        keeps one checkpoint (the later label wins). Without a store the
+        checkpoint is kept in memory (the newest ``keep_checkpoints``).
+
+        ADR-002's form, ``await save_checkpoint(StateScope.X, state_dict)``
+        (a level first), checkpoints the scope instance ``state_dict`` names
+        (``handle.to_dict()`` names it) and is awaited: it returns a
+        coroutine that runs off the event loop (``docs/adr/0026``).
+
+        Raises:
+            TransitionValidationError: (ADR-002's form) the dict does not name
+                a scope of that level, or was changed; nothing was saved.
         """
-        return self._durability.save_checkpoint(self._cell(scope_ref), label)
+        if is_level_form(scope_ref, state):
+            return self.asave_checkpoint(ref_to_save(scope_ref, state), label=label)
+        cell = self._cell(scope_ref)
+        if self._memory is not None:
+            return self._memory.save(cell, label)
+        return self._durability.save_checkpoint(cell, label)
 
     def list_checkpoints(self, scope_ref: ScopeRef | str) -> list[CheckpointInfo]:
         """The scope's stored checkpoints, newest first."""
+        if self._memory is not None:
+            return self._memory.infos(self._cell(scope_ref).state.ref)
         self._durability.need_store()
         return self._durability.list_checkpoints(self._cell(scope_ref).state.ref)
 
-    def load_checkpoint(self, scope_ref: ScopeRef | str, checkpoint_id: str | None = None) -> ContextSnapshot:
-        """The stored state of a checkpoint (the newest if no id) as a snapshot.
+    # A level is also a str (StateScope is a StrEnum), so no annotation can keep the two forms apart;
+    # at run time the argument's exact class decides (docs/adr/0026).
+    @overload
+    def load_checkpoint(  # type: ignore[overload-overlap]
+        self, scope_ref: StateScope, checkpoint_id: str, /
+    ) -> Coroutine[Any, Any, ScopeDict]: ...
+    @overload
+    def load_checkpoint(
+        self, scope_ref: ScopeRef | str, checkpoint_id: str | None = None
+    ) -> ContextSnapshot: ...
+    def load_checkpoint(self, scope_ref: Any, checkpoint_id: Any = None) -> Any:
+        """The stored state of a checkpoint (the newest if no id) as a snapshot. Changes nothing.
+
+        ADR-002's form, ``await load_checkpoint(StateScope.X, scope_id)`` (a
+        level first), returns the newest checkpoint's key-value state as a
+        dict (a ``ScopeDict`` naming its scope and version), and is awaited.
 
         Raises:
             CheckpointNotFoundError: no such checkpoint.
             CheckpointCorruptError: the checkpoint is unreadable.
         """
+        if is_level_form(scope_ref, NO_STATE):
+            return self._aload_dict(ref_to_load(scope_ref, checkpoint_id))
+        ref = self._cell(scope_ref).state.ref
+        if self._memory is not None:
+            return self._memory.load(ref, checkpoint_id)
         self._durability.need_store()
-        return self._durability.load_checkpoint(self._cell(scope_ref).state.ref, checkpoint_id)
+        return self._durability.load_checkpoint(ref, checkpoint_id)
+
+    async def _aload_dict(self, ref: ScopeRef) -> ScopeDict:
+        snapshot = await asyncio.to_thread(self.load_checkpoint, ref)
+        return ScopeDict.of(snapshot._state)
 
     def state_at(self, scope_ref: ScopeRef | str, version: int) -> ContextSnapshot:
         """The scope as it was at ``version``, rebuilt from a checkpoint and the log."""
@@ -402,9 +555,12 @@ class GlobalStateManager:
         History is kept: the version keeps rising and subscribers see the
         change like any other.
         """
-        self._durability.need_writable_store("restore")
         cell = self._cell(scope_ref)
-        target = self._durability.target(cell, checkpoint)
+        if self._memory is not None:
+            target = self._memory.state(cell.state.ref, checkpoint)
+        else:
+            self._durability.need_writable_store("restore")
+            target = self._durability.target(cell, checkpoint)
         wait = self.options.request_timeout if timeout is None else timeout
         req = ApplyRequest((), None, time.monotonic() + wait, None, None, target)
         record: StateChanged = self._kernel.ask(cell, req, wait)
@@ -455,15 +611,29 @@ class GlobalStateManager:
     async def acompact(self, scope_ref: ScopeRef | str, *, label: str | None = None) -> str:
         return await asyncio.to_thread(self.compact, scope_ref, label=label)
 
-    async def asave_checkpoint(self, scope_ref: ScopeRef | str, *, label: str | None = None) -> str:
+    async def asave_checkpoint(
+        self, scope_ref: ScopeRef | str, state: Any = NO_STATE, *, label: str | None = None
+    ) -> str:
+        """The asyncio twin of :meth:`save_checkpoint` (either form)."""
+        if is_level_form(scope_ref, state):
+            scope_ref = ref_to_save(scope_ref, state)
         return await asyncio.to_thread(self.save_checkpoint, scope_ref, label=label)
 
     async def alist_checkpoints(self, scope_ref: ScopeRef | str) -> list[CheckpointInfo]:
         return await asyncio.to_thread(self.list_checkpoints, scope_ref)
 
+    @overload
+    async def aload_checkpoint(  # type: ignore[overload-overlap]
+        self, scope_ref: StateScope, checkpoint_id: str, /
+    ) -> ScopeDict: ...
+    @overload
     async def aload_checkpoint(
         self, scope_ref: ScopeRef | str, checkpoint_id: str | None = None
-    ) -> ContextSnapshot:
+    ) -> ContextSnapshot: ...
+    async def aload_checkpoint(self, scope_ref: Any, checkpoint_id: Any = None) -> Any:
+        """The asyncio twin of :meth:`load_checkpoint` (either form)."""
+        if is_level_form(scope_ref, NO_STATE):
+            return await self._aload_dict(ref_to_load(scope_ref, checkpoint_id))
         return await asyncio.to_thread(self.load_checkpoint, scope_ref, checkpoint_id)
 
     async def arestore(

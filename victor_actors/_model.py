@@ -17,6 +17,7 @@ from victor_actors._values import FrozenDict, check_text, freeze
 
 __all__ = [
     "MAX_ID_BYTES",
+    "SESSION",
     "CoordinatorResult",
     "ScopeRef",
     "StateScope",
@@ -176,8 +177,15 @@ def _need_str(ttype: TransitionType, data: Mapping[str, Any], field: str) -> Non
         raise _bad(ttype, field, f"must be a non-empty str, got {value!r}")
 
 
+# The seed's "session" scope: the applying conversation's parent (its workflow or team), resolved
+# when the batch is applied (docs/adr/0025); never global, whose state every conversation shares.
+SESSION = "session"
+
+
 def _scope_target(ttype: TransitionType, value: Any) -> str:
-    """A transition's ``scope``: a level (``"team"``) or one instance (``"team:team-a"``)."""
+    """A transition's ``scope``: a level (``"team"``), one instance (``"team:team-a"``), or ``"session"``."""
+    if value.__class__ is str and value == SESSION:
+        return SESSION
     try:
         if isinstance(value, ScopeRef):
             return str(value)
@@ -308,9 +316,10 @@ class StateTransition:
 
     @property
     def scope(self) -> StateScope | None:
-        """The level this transition targets, or None for the applying scope."""
+        """The level this transition targets, or None for the applying scope (and for ``"session"``,
+        which names the applying scope's parent and is resolved when the batch is applied)."""
         value = self.data.get("scope")
-        if value is None:
+        if value is None or value == SESSION:
             return None
         return StateScope(value.partition(":")[0])
 

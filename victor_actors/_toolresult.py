@@ -29,7 +29,8 @@ from typing import Any, Protocol
 
 from victor_actors._errors import DeadlineExceededError, ToolRequestNotFoundError
 from victor_actors._model import ScopeRef
-from victor_actors._state import ContextSnapshot, StateChanged
+from victor_actors._snapshot import ContextSnapshot
+from victor_actors._state import StateChanged
 
 __all__ = ["await_tool_result", "request_id_of", "wait_tool_result"]
 

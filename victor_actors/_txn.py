@@ -47,10 +47,11 @@ from victor_actors._errors import (
 )
 from victor_actors._kernel import Kernel
 from victor_actors._messages import PrepareRequest
-from victor_actors._model import ScopeRef, StateTransition
-from victor_actors._state import ContextSnapshot, ScopeState, StateChanged
+from victor_actors._model import SESSION, ScopeRef, StateScope, StateTransition
+from victor_actors._snapshot import ContextSnapshot
+from victor_actors._state import ScopeState, StateChanged
 
-__all__ = ["apply_across", "expected_for", "split_by_scope", "transact"]
+__all__ = ["apply_across", "expected_for", "resolve_session", "split_by_scope", "transact"]
 
 
 @attrs.frozen(slots=True)
@@ -94,6 +95,43 @@ def split_by_scope(
         part[0].append(t)
         part[1].append(index)
     return parts
+
+
+def resolve_session(
+    ref: ScopeRef, lineage: tuple[ScopeRef, ...], transitions: tuple[StateTransition, ...]
+) -> tuple[StateTransition, ...]:
+    """``transitions`` with the seed's ``scope="session"`` made concrete: the applying scope's parent.
+
+    The parent is the workflow or team the conversation sits under; the
+    rewritten transitions name it (``"workflow:wf-1"``), so the commit
+    records say where they wrote.
+
+    Raises:
+        ScopeAccessError: a transition names the session, and the applying
+            scope has no parent but global (whose state every conversation
+            shares); nothing is applied.
+    """
+    named = [i for i, t in enumerate(transitions) if t.data._data.get("scope") == SESSION]  # read only
+    if not named:
+        return transitions
+    index = named[0]
+    t = transitions[index]
+    parent = lineage[0] if lineage else None
+    if parent is None or parent.scope is StateScope.GLOBAL:
+        raise ScopeAccessError(
+            f"transition {index} ({t.transition_type.name}) targets the session, the parent of {ref}; "
+            f"{ref} sits directly under global, whose state every conversation shares (open it under a "
+            "workflow or a team, or name scope='global' if that is meant); nothing was applied",
+            index=index,
+            transition_type=t.transition_type.name,
+        )
+    target = str(parent)
+    return tuple(
+        StateTransition(t.transition_type, {**t.data, "scope": target}, t.metadata)
+        if t.data.get("scope") == SESSION
+        else t
+        for t in transitions
+    )
 
 
 def _access(ref: ScopeRef, index: int, t: StateTransition, target: str) -> ScopeAccessError:

@@ -42,6 +42,10 @@ def check_text(text: str, what: str) -> str | None:
 # original type is not recorded, so reading it back gives the primitives.
 _CONVERTERS: dict[type, Callable[[Any], Any]] = {}
 
+# Registered message types (``_typed.py`` fills it): how to freeze an instance of each, keeping its
+# class's tag, and how to keep an already tagged value. Looked up by exact class, before mappings.
+_TYPED: dict[type, Callable[[Any, str, int], tuple[Any, int]]] = {}
+
 
 def register_converter(cls: type, to_storable: Callable[[Any], Any]) -> None:
     """Let values of ``cls`` (and its subclasses) enter state.
@@ -183,6 +187,10 @@ def _freeze(value: Any, path: str, depth: int) -> tuple[Any, int]:
         return value, value._height
     if depth >= _MAX_DEPTH:
         _reject(path, f"nested deeper than {_MAX_DEPTH} levels (or cyclic)")
+    if _TYPED:
+        typed = _TYPED.get(cls)
+        if typed is not None:
+            return typed(value, path, depth)
     if isinstance(value, Mapping):
         out: dict[str, Any] = {}
         height = 0

@@ -8,7 +8,9 @@ loops). Orchestrator code rarely needs them; tooling, stores and tests do.
 
 from __future__ import annotations
 
+from victor_actors._applier import NoConversationError
 from victor_actors._coordinator import LoopResult, StepRecord, UnknownHandoffError, merge
+from victor_actors._level_checkpoints import ScopeDict
 from victor_actors._options import Backpressure, Durability, Options, Strategy
 from victor_actors._reducer import reduce
 from victor_actors._reducer import reset as reset_state
@@ -16,6 +18,7 @@ from victor_actors._rollback import ScopeRollback
 from victor_actors._state import KeyChange, MapView, MessageLog, ScopeState
 from victor_actors._supervision import SupervisionEvent, SupervisionPolicy
 from victor_actors._twins import Step, StepGen, adrive, drive
+from victor_actors._typed import TaggedValue, register_message_type
 from victor_actors._values import FrozenDict, freeze, register_converter, thaw
 from victor_actors.store import SCHEMA_VERSION, CheckpointInfo, Codec, RecoveryReport
 
@@ -30,8 +33,10 @@ __all__ = [
     "LoopResult",
     "MapView",
     "MessageLog",
+    "NoConversationError",
     "Options",
     "RecoveryReport",
+    "ScopeDict",
     "ScopeRollback",
     "ScopeState",
     "Step",
@@ -40,6 +45,7 @@ __all__ = [
     "Strategy",
     "SupervisionEvent",
     "SupervisionPolicy",
+    "TaggedValue",
     "UnknownHandoffError",
     "adrive",
     "drive",
@@ -47,6 +53,7 @@ __all__ = [
     "merge",
     "reduce",
     "register_converter",
+    "register_message_type",
     "reset_state",
     "thaw",
 ]

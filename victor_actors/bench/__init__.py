@@ -5,23 +5,27 @@ and so on, each with ``--quick`` and ``--json FILE``), installed with it, so
 ``victor-actors bench`` works from ``pip install 'victor-actors[bench]'`` with
 no checkout. The runner starts each one in its own subprocess (a shared
 interpreter skews results: threads, the allocator and the GIL carry over),
-collects its JSON, prints one table of measured values with their same-run
-baselines, and checks each target against them. Targets are for benchmarks,
-never timed tests: a missed target is reported, not failed.
-``python -m victor_actors.bench.report FILE`` turns the JSON into
-``docs/benchmarks.md``. See ``docs/benchmarks.md``.
+collects its JSON, prints one table of the measured values of the benchmarks
+it ran with their same-run baselines, and checks their targets against them.
+Targets are for benchmarks, never timed tests: a missed target is reported,
+not failed. ``python -m victor_actors.bench.report FILE`` turns the JSON into a
+report, markdown and one figure per question, beside FILE (never into a
+checkout unless ``--out`` says so; ``--out docs`` writes ``docs/benchmarks.md``).
+See ``docs/benchmarks.md``.
 
-The benchmarks: ``core``, ``pipeline``, ``startup``, ``store``, ``agent``,
-``remote`` (one owner process and its client processes; the children it starts
-are ``_remote_procs``) and the others of ``_registry``. LangGraph (the ``bench`` extra) is
-imported only by the benchmarks that compare with it, and only when they
-start: without it ``store`` and ``agent`` still measure ours and skip their
-LangGraph peers, and ``langgraph`` is skipped.
+The benchmarks (among them ``remote``: one owner process and its client
+processes, started by ``_remote_procs``) and which of them run by default are
+listed in ``_registry``
+(``victor-actors bench --help`` prints both lists). LangGraph (the ``bench``
+extra) is imported only by the benchmarks that compare with it, and only when
+they start: without it ``store``, ``agent`` and ``groupcommit`` still measure
+ours and skip their LangGraph peers, and ``langgraph`` is skipped.
 
 The runner's parts: ``_registry`` (the benchmarks), ``_rows`` (the table's
 rows), ``_targets`` (the targets and the evaluation), ``_machine``, ``_table``,
-``_runner``; the benchmarks share ``_common``, ``_peers`` (the LangGraph
-baselines) and ``_probes`` (the two private reads two benchmarks need).
+``_runner``; the report's: ``report`` and ``_plots`` (the figures); the
+benchmarks share ``_common``, ``_peers`` (the LangGraph baselines) and
+``_probes`` (the two private reads two benchmarks need).
 """
 
 from __future__ import annotations

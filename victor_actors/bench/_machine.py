@@ -1,16 +1,17 @@
-"""Where the numbers come from: the machine, the Python, the packages, the load, the commit."""
+"""Where the numbers come from (machine, Python, packages, load, commit), and where a report goes."""
 
 from __future__ import annotations
 
 import os
 import platform
 import subprocess
+import tempfile
 from datetime import datetime
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
-__all__ = ["PACKAGES", "git_commit", "load_average", "machine", "source_checkout"]
+__all__ = ["PACKAGES", "default_out", "git_commit", "load_average", "machine", "source_checkout"]
 
 PACKAGES = (
     "victor-actors",
@@ -32,6 +33,17 @@ def source_checkout() -> Path | None:
 
     root = Path(victor_actors.__file__).resolve().parent.parent
     return root if (root / ".git").exists() and (root / "pyproject.toml").is_file() else None
+
+
+def default_out(json_file: str | Path) -> Path:
+    """Where a report of ``json_file`` goes without ``--out``: ``<stem>-report/`` beside it, or under
+    the temporary directory when beside it is inside the source checkout."""
+    path = Path(json_file).resolve()
+    out = path.parent / f"{path.stem}-report"
+    checkout = source_checkout()
+    if checkout is not None and out.is_relative_to(checkout.resolve()):
+        out = Path(tempfile.gettempdir()) / "victor-actors-bench" / f"{path.stem}-report"
+    return out
 
 
 def _cpu_model() -> str:

@@ -18,9 +18,8 @@ import tempfile
 import time
 from typing import Any
 
-from victor_actors.bench._machine import git_commit, load_average, machine, source_checkout
+from victor_actors.bench._machine import default_out, git_commit, load_average, machine, source_checkout
 from victor_actors.bench._registry import BENCHMARKS, INSTALL_HINT, Bench, distribution, missing_dependency
-from victor_actors.bench._rows import ROWS
 from victor_actors.bench._table import table
 from victor_actors.bench._targets import evaluate
 
@@ -138,16 +137,19 @@ def run_command(args: argparse.Namespace) -> int:
     doc["meta"]["load_average_end"] = load_average()
     results = {n: b["result"] for n, b in doc["benchmarks"].items() if b["status"] == "ok"}
     status = {n: f"{b['status']}: {b['reason']}" for n, b in doc["benchmarks"].items() if b["status"] != "ok"}
-    for unselected in {spec.bench for spec in ROWS} - set(doc["benchmarks"]):
-        status[unselected] = "not selected (--only)"
-    doc["rows"], doc["targets"] = evaluate(results, status)
+    rows, targets = evaluate(results, status)
+    # Only what was asked for: the rows and targets of the benchmarks selected (run, skipped or failed).
+    doc["rows"] = [r for r in rows if r["bench"] in doc["benchmarks"]]
+    doc["targets"] = [t for t in targets if t["bench"] in doc["benchmarks"]]
     print()
     print(table(doc))
     print(f"\nwall time {doc['wall_seconds']:.1f} s")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as fh:
             json.dump(doc, fh, indent=2)
+        print(f"wrote {args.json}")
         print(
-            f"wrote {args.json}; the docs page: python -m victor_actors.bench.report {args.json} --out docs"
+            f"its report (markdown and figures): python -m victor_actors.bench.report {args.json}  "
+            f"(writes {default_out(args.json)}/)"
         )
     return 1 if any(b["status"] == "failed" for b in doc["benchmarks"].values()) else 0

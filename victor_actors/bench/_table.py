@@ -28,7 +28,10 @@ def fmt_ratio(value: float | None) -> str:
 
 
 def table(doc: dict[str, Any]) -> str:
-    """The terminal report of one ``bench`` run."""
+    """The terminal report of one ``bench`` run: the benchmarks selected, and only their rows and targets.
+
+    A benchmark that was skipped or failed shows its reason once, under its name, not a line per row.
+    """
     lines: list[str] = []
     meta = doc["meta"]
     mem = meta.get("memory_bytes")
@@ -44,36 +47,41 @@ def table(doc: dict[str, Any]) -> str:
         lines.append(f"{name:<13}{b['status']:<9}{wall:>9}  {b['about']}")
         if b["status"] != "ok":
             lines.append(f"{'':<22}  {b['reason']}")
-    lines.append("")
-    w = max(len(r["what"]) for r in doc["rows"]) + 2
-    lines.append(
-        f"{'MEASURED (same run; ratio = ours / baseline)':<{w}}{'OURS':>17}{'BASELINE':>17}{'RATIO':>9}"
-    )
-    bench = None
-    for r in doc["rows"]:
-        if r["bench"] != bench:
-            bench = r["bench"]
-            lines.append(f"[{bench}]")
-            if bench not in doc["benchmarks"] or doc["benchmarks"][bench]["status"] != "ok":
-                lines.append(f"    {r['note']}")
-        if r["bench"] not in doc["benchmarks"] or doc["benchmarks"][r["bench"]]["status"] != "ok":
-            continue
-        if r["ratio"] is None:
-            lines.append(f"{r['what']:<{w}}{'-':>17}{'-':>17}{'-':>9}  {r['note']}")
-            continue
-        ours, base = fmt_value(r["ours"], r["unit"]), fmt_value(r["baseline"], r["unit"])
-        lines.append(f"{r['what']:<{w}}{ours:>17}{base:>17}{fmt_ratio(r['ratio']):>9}  {r['note']}")
-    lines.append("")
-    tw = max(len(t["target"]) for t in doc["targets"]) + 2
-    lines.append(f"{'TARGET':<{tw}}{'MEASURED':>10}  VERDICT")
-    for t in doc["targets"]:
-        lines.append(f"{t['target']:<{tw}}{fmt_ratio(t['measured']):>10}  {t['verdict']}")
-        if t["why"] and t["verdict"] == "MISSED":
-            lines.append(f"    why: {t['why']}")
-        elif t["why"]:
-            lines[-1] += f"  ({t['why']})"
+    ran = {name for name, b in doc["benchmarks"].items() if b["status"] == "ok"}
+    rows = [r for r in doc["rows"] if r["bench"] in ran]
+    if rows:
+        lines.append("")
+        w = max(len(r["what"]) for r in rows) + 2
+        lines.append(
+            f"{'MEASURED (same run; ratio = ours / baseline)':<{w}}{'OURS':>17}{'BASELINE':>17}{'RATIO':>9}"
+        )
+        bench = None
+        for r in rows:
+            if r["bench"] != bench:
+                bench = r["bench"]
+                lines.append(f"[{bench}]")
+            if r["ratio"] is None:
+                lines.append(f"{r['what']:<{w}}{'-':>17}{'-':>17}{'-':>9}  {r['note']}")
+                continue
+            ours, base = fmt_value(r["ours"], r["unit"]), fmt_value(r["baseline"], r["unit"])
+            lines.append(f"{r['what']:<{w}}{ours:>17}{base:>17}{fmt_ratio(r['ratio']):>9}  {r['note']}")
+    targets = [t for t in doc["targets"] if t["bench"] in ran]
+    if targets:
+        lines.append("")
+        tw = max(len(t["target"]) for t in targets) + 2
+        lines.append(f"{'TARGET':<{tw}}{'MEASURED':>10}  VERDICT")
+        for t in targets:
+            lines.append(f"{t['target']:<{tw}}{fmt_ratio(t['measured']):>10}  {t['verdict']}")
+            if t["why"] and t["verdict"] == "MISSED":
+                lines.append(f"    why: {t['why']}")
+            elif t["why"]:
+                lines[-1] += f"  ({t['why']})"
     counts = {v: sum(1 for t in doc["targets"] if t["verdict"] == v) for v in ("MET", "MISSED", "NOT RUN")}
-    lines.append("targets: " + ", ".join(f"{n} {v}" for v, n in counts.items() if n or v != "NOT RUN"))
+    summary = ", ".join(f"{n} {v}" for v, n in counts.items() if n)
+    if summary:
+        not_run = counts["NOT RUN"]
+        note = " (of benchmarks that were skipped or failed, above)" if not_run else ""
+        lines.append(f"targets: {summary}{note}")
     return "\n".join(lines)
 
 

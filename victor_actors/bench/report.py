@@ -1,13 +1,20 @@
-"""Turn the JSON of ``victor-actors bench --json FILE`` into docs/benchmarks.md and a plot.
+"""Turn the JSON of ``victor-actors bench --json FILE`` into a report: markdown and figures.
 
-    python -m victor_actors.bench.report FILE [--out DIR]
+    python -m victor_actors.bench.report FILE [--out DIR] [--force]
 
-Writes DIR/benchmarks.md (default DIR: ``docs/`` of the source checkout when the package runs from
-one, else the current directory): the machine, the targets with the
-measured value and MET or MISSED (with a one-line why for each miss, from the numbers), every
-row of the run's table, and every value each benchmark wrote to its JSON. With matplotlib (the
-``bench`` extra) it also writes DIR/benchmarks.png, the main ratios against their targets;
-without it the markdown says the plot needs matplotlib.
+Writes DIR/benchmarks.md: the machine, the targets of the benchmarks that ran with the measured
+value and MET or MISSED (with a one-line why for each miss, from the numbers), every row of the
+run's table, and every value each benchmark wrote to its JSON. With matplotlib (the ``bench``
+extra) it also draws one figure per question (``_plots``: the cost of one request, commits per
+second as requests in flight grow, bytes on disk as a conversation grows, the LangGraph savers
+side by side, ...), each with the values themselves; without it the markdown says the figures need
+matplotlib.
+
+DIR defaults to a new directory beside FILE (``bench.json`` -> ``bench-report/``), or, when that
+would be inside the source checkout, the same name under the system's temporary directory: the
+report never lands in a checkout unless ``--out`` says so. The committed ``docs/benchmarks.md``
+is written only with ``--out docs``, and a quick run (noisy numbers) never replaces a report of a
+full run there without ``--force``.
 """
 
 from __future__ import annotations
@@ -16,18 +23,21 @@ import argparse
 import json
 import os
 import platform
+import sys
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from victor_actors.bench._machine import source_checkout
-from victor_actors.bench._registry import INSTALL_HINT
+from victor_actors.bench._machine import default_out
+from victor_actors.bench._plots import FIGURES, Figure, draw
+from victor_actors.bench._registry import BENCHMARKS, INSTALL_HINT
 from victor_actors.bench._table import fmt_ratio as ratio
 from victor_actors.bench._table import fmt_value as value
 
-MD_NAME, PNG_NAME = "benchmarks.md", "benchmarks.png"
+MD_NAME = "benchmarks.md"
+OLD_PNG = "benchmarks.png"  # the single plot reports had before their figures
 KEPT_MARKER = "<!-- notes below are hand-written; victor_actors.bench.report keeps them -->"
-NO_PLOT = f"The plot needs matplotlib ({INSTALL_HINT}); none was written for this report."
+NO_PLOT = f"The figures need matplotlib ({INSTALL_HINT}); none were drawn for this report."
 SKIP_KEYS = {"meta", "stdout", "stderr"}
 
 
@@ -100,47 +110,6 @@ def render(name: str, obj: Any, depth: int = 0) -> list[str]:
     return [title, "", cell(obj), ""] if title else []
 
 
-# -- the plot ---------------------------------------------------------------------------------------------
-
-
-def plot(targets: list[dict[str, Any]], path: Path, subtitle: str) -> str | None:
-    """Write the ratios-vs-targets plot to ``path``; None, or why there is no plot."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-        from matplotlib.ticker import FuncFormatter
-    except ImportError:
-        return NO_PLOT
-    shown = list(reversed(targets))  # the first target at the top
-    measured = [t["measured"] for t in shown if t["measured"] is not None]
-    lo = min([0.5, *(t["threshold"] for t in shown), *measured]) / 2
-    hi = max([2.0, *(t["threshold"] for t in shown), *measured]) * 3
-    fig, ax = plt.subplots(figsize=(10, 0.55 * len(shown) + 1.6))
-    for y, t in enumerate(shown):
-        m = t["measured"]
-        if m is not None:
-            color = "#2e7d32" if t["verdict"] == "MET" else "#c62828"
-            ax.barh(y, m - lo, left=lo, height=0.6, color=color, alpha=0.85)
-            ax.text(max(m, t["threshold"]) * 1.1, y, f"{ratio(m)} {t['verdict']}", va="center", fontsize=8)
-        else:
-            ax.text(lo * 1.1, y, "not run", va="center", fontsize=8, color="#555555")
-        ax.plot([t["threshold"]] * 2, [y - 0.4, y + 0.4], color="black", linewidth=2)
-    ax.set_yticks(range(len(shown)))
-    ax.set_yticklabels([t["target"] for t in shown], fontsize=8)
-    ax.set_xscale("log")
-    ax.set_xlim(lo, hi)
-    ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _pos: f"{x:g}x"))
-    ax.axvline(1.0, color="#999999", linewidth=0.8, linestyle=":")
-    ax.set_xlabel("ratio, ours / same-run baseline (log scale); black tick: the target")
-    ax.set_title(f"victor_actors: measured ratios against their targets\n{subtitle}", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return None
-
-
 # -- the report -------------------------------------------------------------------------------------------
 
 
@@ -161,11 +130,24 @@ def machine_lines(meta: dict[str, Any]) -> list[str]:
     return md_table(["", ""], [(k, ", ".join(map(str, v)) if isinstance(v, list) else v) for k, v in rows])
 
 
-def build(doc: dict[str, Any], plot_note: str | None, source: str) -> str:
-    meta, targets, rows = doc["meta"], doc["targets"], doc["rows"]
+def ran(doc: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The rows and targets of the benchmarks this run selected (a JSON written before the runner
+    kept only those may hold every benchmark's, the others marked "not selected")."""
     benches = doc["benchmarks"]
+    return (
+        [r for r in doc["rows"] if r["bench"] in benches],
+        [t for t in doc["targets"] if t["bench"] in benches],
+    )
+
+
+def build(doc: dict[str, Any], figures: list[Figure] | str, source: str) -> str:
+    """The markdown; ``figures``: those drawn (their files beside it), or why there are none."""
+    meta, benches = doc["meta"], doc["benchmarks"]
+    rows, targets = ran(doc)
     counts = {v: sum(1 for t in targets if t["verdict"] == v) for v in ("MET", "MISSED", "NOT RUN")}
-    summary = ", ".join(f"{n} {v}" for v, n in counts.items() if n or v != "NOT RUN")
+    summary = ", ".join(f"{n} {v}" for v, n in counts.items() if n or v != "NOT RUN") or "none"
+    defaults = [name for name, b in BENCHMARKS.items() if b.default]
+    extra = [name for name, b in BENCHMARKS.items() if not b.default]
     out = [
         "# Benchmarks",
         "",
@@ -183,8 +165,13 @@ def build(doc: dict[str, Any], plot_note: str | None, source: str) -> str:
     ]
     target_rows = [(t["target"], ratio(t["measured"]), t["verdict"], t["why"]) for t in targets]
     out += md_table(["target", "measured", "verdict", "why (misses, from this run's numbers)"], target_rows)
-    out += [""]
-    out += [f"![ratios against targets]({PNG_NAME})" if plot_note is None else plot_note, ""]
+    out += ["", "## Figures", ""]
+    if isinstance(figures, str):
+        out += [figures, ""]
+    elif not figures:
+        out += ["None: no benchmark of this run has a figure.", ""]
+    for figure in figures if not isinstance(figures, str) else ():
+        out += [f"### {figure.question}", "", f"![{figure.question}]({figure.file})", "", figure.caption, ""]
     out += ["## Measured values", "", "Ratio = ours / baseline; each row says which way is better.", ""]
     table_rows = []
     for r in rows:
@@ -249,17 +236,17 @@ def build(doc: dict[str, Any], plot_note: str | None, source: str) -> str:
         "```",
         f"{INSTALL_HINT}    # LangGraph, its SQLite and LMDB savers, matplotlib",
         "victor-actors bench [--quick] [--only core,store] [--json FILE]",
-        "python -m victor_actors.bench.report FILE [--out DIR]      # this page and its plot",
+        "python -m victor_actors.bench.report FILE [--out DIR]      # this page and its figures",
         "python -m victor_actors.bench.core [--quick] [--json FILE]  # one benchmark on its own",
         "```",
         "",
-        "The benchmarks are modules of the installed package: `victor_actors.bench.core`, `pipeline`, "
-        "`startup`, `store`, `agent`, `remote` and the others by default, `scale`, `listing`, "
-        "`virtual` and `ray` when named in `--only`; "
-        "each runs in its own fresh process. Without the bench extra, `store` and `agent` still measure "
-        "ours and leave the rows whose baseline is LangGraph without a ratio (each says why), and "
-        "`langgraph` is skipped. `--quick` is a smoke run of a few seconds per benchmark: its numbers "
-        "are noisy.",
+        "The benchmarks are modules of the installed package (`victor_actors.bench.<name>`), each run "
+        f"in its own fresh process: {_names(defaults)} by default, and {_names(extra)} when named in "
+        "`--only`. Without the bench extra, `store`, `agent` and `groupcommit` still measure ours and "
+        "leave the rows whose baseline is LangGraph without a ratio (each says why), and `langgraph` "
+        "and `otel` are skipped. `--quick` is a smoke run, seconds to a minute per benchmark: its "
+        "numbers are noisy. A report is written beside its JSON (`FILE-report/`), never into a "
+        "checkout unless `--out` names the directory.",
         "",
         "## Every value each benchmark wrote",
         "",
@@ -276,24 +263,36 @@ def build(doc: dict[str, Any], plot_note: str | None, source: str) -> str:
     return "\n".join(out).rstrip() + "\n"
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("json_file", metavar="FILE", help="written by victor-actors bench --json FILE")
-    checkout = source_checkout()
-    docs = Path.cwd() if checkout is None else checkout / "docs"
-    ap.add_argument("--out", metavar="DIR", default=str(docs), help=f"where to write (default {docs})")
-    args = ap.parse_args()
-    with open(args.json_file, encoding="utf-8") as fh:
-        doc = json.load(fh)
-    if "targets" not in doc or "benchmarks" not in doc:
-        raise SystemExit(f"{args.json_file}: not the JSON of victor-actors bench --json")
-    out_dir = Path(args.out)
+def _names(names: list[str]) -> str:
+    quoted = [f"`{n}`" for n in names]
+    return ", ".join(quoted[:-1]) + f" and {quoted[-1]}" if len(quoted) > 1 else "".join(quoted)
+
+
+def _replaces_a_full_run(md: Path, doc: dict[str, Any]) -> bool:
+    """Whether writing this quick run to ``md`` would replace the report of a full (default mode) run."""
+    if doc.get("mode") != "quick" or not md.exists():
+        return False
+    head = md.read_text(encoding="utf-8")[:2000]
+    return "(default mode," in head
+
+
+def write(doc: dict[str, Any], out_dir: Path, source: str) -> tuple[Path, list[Figure] | str]:
+    """Write the markdown and the figures into ``out_dir``; the markdown's path, and the figures drawn
+    (or why there are none). Figures and a plot of an earlier report that this one does not draw
+    are removed (they would not match it); hand-written notes below :data:`KEPT_MARKER` stay."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    png = out_dir / PNG_NAME
-    subtitle = f"{doc['meta'].get('cpu_model', '')}, {doc['meta'].get('date', '')}, {doc['mode']} mode"
-    plot_note = plot(doc["targets"], png, subtitle)
-    if plot_note is not None and png.exists():
-        png.unlink()  # a plot from an earlier run would not match this report
+    subtitle = (
+        f"{doc['meta'].get('cpu_model', '')}, {str(doc['meta'].get('date', ''))[:10]}, {doc['mode']} mode"
+    )
+    figures: list[Figure] | str
+    try:
+        figures = draw(doc, out_dir, subtitle)
+    except ImportError:
+        figures = NO_PLOT
+    drawn = set() if isinstance(figures, str) else {f.file for f in figures}
+    for name in [OLD_PNG, *(f.file for f in FIGURES)]:
+        if name not in drawn and (out_dir / name).exists():
+            (out_dir / name).unlink()
     md = out_dir / MD_NAME
     kept = ""
     if md.exists():  # hand-written notes below the marker survive a regeneration
@@ -301,10 +300,49 @@ def main() -> int:
         at = old.find(KEPT_MARKER)
         if at >= 0:
             kept = "\n" + old[at:]
-    md.write_text(build(doc, plot_note, args.json_file) + kept, encoding="utf-8")
-    print(f"wrote {md}" + ("" if plot_note else f" and {png}"))
-    if plot_note:
-        print(plot_note)
+    md.write_text(build(doc, figures, source) + kept, encoding="utf-8")
+    return md, figures
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Write the report; 0 once written, 2 when FILE is not a bench run's JSON or the report is refused."""
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("json_file", metavar="FILE", help="written by victor-actors bench --json FILE")
+    ap.add_argument(
+        "--out",
+        metavar="DIR",
+        help="where to write (default: FILE-report/ beside FILE, outside any source checkout)",
+    )
+    ap.add_argument(
+        "--force", action="store_true", help="let a quick run replace the report of a full run in DIR"
+    )
+    args = ap.parse_args(argv)
+    try:
+        with open(args.json_file, encoding="utf-8") as fh:
+            doc = json.load(fh)
+    except (OSError, ValueError) as exc:
+        print(f"victor-actors: error: {args.json_file}: {exc}", file=sys.stderr)
+        return 2
+    if not isinstance(doc, dict) or not {"targets", "rows", "benchmarks", "meta", "mode"} <= doc.keys():
+        print(
+            f"victor-actors: error: {args.json_file}: not the JSON of victor-actors bench --json",
+            file=sys.stderr,
+        )
+        return 2
+    out_dir = Path(args.out) if args.out else default_out(args.json_file)
+    if not args.force and _replaces_a_full_run(out_dir / MD_NAME, doc):
+        print(
+            f"victor-actors: error: {out_dir / MD_NAME} holds the report of a full run; a quick run's noisy "
+            "numbers would replace it (nothing was written; --force writes it anyway)",
+            file=sys.stderr,
+        )
+        return 2
+    source = args.json_file if not args.out else f"{args.json_file} --out {args.out}"
+    md, figures = write(doc, out_dir, source)
+    if isinstance(figures, str):
+        print(f"wrote {md}\n{figures}")
+    else:
+        print(f"wrote {md}" + "".join(f"\n  and {out_dir / f.file}" for f in figures))
     return 0
 
 

@@ -34,7 +34,16 @@ from victor_actors import (
     VictorActorsError,
     __version__,
 )
-from victor_actors.cli._format import commit_json, iso, plain, scope_key, snapshot_dict, summary, to_json
+from victor_actors.cli._format import (
+    commit_json,
+    iso,
+    kind_of,
+    plain,
+    scope_key,
+    snapshot_dict,
+    summary,
+    to_json,
+)
 from victor_actors.store import Store
 
 __all__ = [
@@ -415,7 +424,8 @@ def history(manager: GlobalStateManager, store: Store, args: argparse.Namespace)
             print(f"v{v:<4} (pruned while reading){mark}")
             continue
         run = f"run={rec.run_id}" if rec.run_id else "-"
-        print(f"v{v:<4} {rec.commit_id}  {iso(rec.timestamp)}  {run}  {rec.kind:<5}  {summary(rec)}{mark}")
+        kind = kind_of(rec)
+        print(f"v{v:<4} {rec.commit_id}  {iso(rec.timestamp)}  {run}  {kind:<5}  {summary(rec)}{mark}")
     if bad:
         err(f"{ref}: {bad} stored commit(s) are unreadable")
         return 2

@@ -9,9 +9,21 @@ from datetime import UTC, datetime
 from typing import Any
 
 from victor_actors import ContextSnapshot, ScopeRef, StateScope, TransitionType
+from victor_actors._typed import is_registered
+from victor_actors._values import freeze
 from victor_actors.store import CommitRecord
 
-__all__ = ["commit_json", "iso", "jsonable", "plain", "scope_key", "snapshot_dict", "summary", "to_json"]
+__all__ = [
+    "commit_json",
+    "iso",
+    "jsonable",
+    "kind_of",
+    "plain",
+    "scope_key",
+    "snapshot_dict",
+    "summary",
+    "to_json",
+]
 
 _LEVEL = {scope: i for i, scope in enumerate(StateScope)}
 _KEYED = (TransitionType.UPDATE_STATE, TransitionType.DELETE_STATE)
@@ -41,6 +53,8 @@ def jsonable(value: Any) -> Any:
         return out
     if isinstance(value, (list, tuple)):
         return [jsonable(v) for v in value]
+    if is_registered(type(value)):  # a registered message type, revived: its stored fields
+        return jsonable(freeze(value))
     return value
 
 
@@ -81,11 +95,25 @@ def tally(rec: CommitRecord) -> tuple[dict[str, int], dict[str, list[str]]]:
     return counts, keys
 
 
+def is_rollback(rec: CommitRecord) -> bool:
+    """Whether a commit is a run's rollback: a reset made by a run (a restore is made by none)."""
+    return rec.kind == "reset" and rec.run_id is not None
+
+
+def kind_of(rec: CommitRecord) -> str:
+    """What a commit was, as the history shows it: ``batch``, ``restore`` or ``rollback``."""
+    if rec.kind != "reset":
+        return rec.kind
+    return "rollback" if is_rollback(rec) else "restore"
+
+
 def summary(rec: CommitRecord) -> str:
     if rec.kind == "reset":
         state = rec.state
         size = "" if state is None else f": {len(state.values)} keys, {len(state.messages)} messages"
-        return f"scope set as a whole (restore or rollback){size}"
+        if is_rollback(rec):
+            return f"the run's writes undone, the scope set as a whole{size}"
+        return f"restored, the scope set as a whole{size}"
     counts, keys = tally(rec)
     parts = []
     for name, n in counts.items():
@@ -97,5 +125,5 @@ def summary(rec: CommitRecord) -> str:
 def commit_json(rec: CommitRecord) -> dict[str, Any]:
     counts, keys = tally(rec)
     out: dict[str, Any] = {"version": rec.version, "commit_id": rec.commit_id, "time": iso(rec.timestamp)}
-    out |= {"run_id": rec.run_id, "kind": rec.kind, "summary": summary(rec)}
+    out |= {"run_id": rec.run_id, "kind": rec.kind, "rollback": is_rollback(rec), "summary": summary(rec)}
     return out | {"transitions": counts, "keys": keys}

@@ -27,7 +27,9 @@ from victor_actors._errors import (
     VictorActorsError,
 )
 from victor_actors._model import GLOBAL_REF, ScopeRef, StateScope, StateTransition
-from victor_actors._state import ContextSnapshot, StateChanged
+from victor_actors._snapshot import ContextSnapshot
+from victor_actors._state import StateChanged
+from victor_actors._typed import register_message_type
 from victor_actors.ray import _wire as w
 from victor_actors.ray._cluster import Shards, existing_count, join_ray, token_for
 from victor_actors.ray._crossshard import commit_across
@@ -584,6 +586,12 @@ class RayStateManager(Client):
         may run twice but a result is applied once.
         """
         self._register_tool(name, fn, timeout)
+
+    def register_message_type(self, cls: type, *, tag: str | None = None) -> str:
+        """Let ``cls`` (an attrs class or a dataclass) come back as itself in this driver (see
+        ``GlobalStateManager.register_message_type``; the registry is the process's, so each driver
+        registers its own). Returns the tag."""
+        return register_message_type(cls, tag=tag)
 
     # -- closing ---------------------------------------------------------------------------
 

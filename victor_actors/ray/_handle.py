@@ -22,7 +22,8 @@ from typing import Any
 from victor_actors._errors import ScopeAccessError
 from victor_actors._handle import BatchLike, _transitions
 from victor_actors._model import GLOBAL_REF
-from victor_actors._state import ContextSnapshot, StateChanged
+from victor_actors._snapshot import ContextSnapshot
+from victor_actors._state import StateChanged
 from victor_actors._twins import Step, StepGen
 from victor_actors.ray import _wire as w
 from victor_actors.ray._placement import HOME, Address, lineage_of, ref_of, shard_for

@@ -21,7 +21,8 @@ from collections.abc import Callable
 from typing import Any
 
 from victor_actors._model import GLOBAL_REF
-from victor_actors._state import ContextSnapshot, ScopeState
+from victor_actors._snapshot import ContextSnapshot
+from victor_actors._state import ScopeState
 from victor_actors.ray import _wire as w
 from victor_actors.ray._placement import HOME
 

@@ -44,7 +44,8 @@ from victor_actors._model import GLOBAL_REF, ScopeRef, StateScope, StateTransiti
 from victor_actors._reducer import reduce
 from victor_actors._rollback import ScopeRollback
 from victor_actors._runs import _Plan
-from victor_actors._state import ContextSnapshot, ScopeState, StateChanged
+from victor_actors._snapshot import ContextSnapshot
+from victor_actors._state import ScopeState, StateChanged
 from victor_actors.ray import _wire as w
 from victor_actors.ray._directory import DirectoryRecords
 from victor_actors.ray._holds import Holds

@@ -43,7 +43,8 @@ from victor_actors._errors import (
 )
 from victor_actors._model import GLOBAL_REF, ScopeRef, StateTransition
 from victor_actors._reducer import reduce
-from victor_actors._state import ContextSnapshot, StateChanged
+from victor_actors._snapshot import ContextSnapshot
+from victor_actors._state import StateChanged
 from victor_actors.ray import _wire as w
 from victor_actors.ray._holds import Holds
 from victor_actors.ray._mirror import Mirror

@@ -22,11 +22,12 @@ from victor_actors._errors import (
     VersionConflictError,
 )
 from victor_actors._handle import BatchLike, _transitions
-from victor_actors._model import ScopeRef, StateScope, StateTransition, TransitionBatch
+from victor_actors._level_checkpoints import ScopeDict
+from victor_actors._model import SESSION, ScopeRef, StateScope, StateTransition, TransitionBatch
 from victor_actors._rollback import RollbackReport
-from victor_actors._state import ContextSnapshot, StateChanged
+from victor_actors._snapshot import ContextSnapshot
+from victor_actors._state import StateChanged
 from victor_actors._twins import Step, StepGen, adrive, drive
-from victor_actors._values import thaw
 from victor_actors.remote import _wire as w
 from victor_actors.remote._client import Subscription, batch_id
 
@@ -102,6 +103,8 @@ def _scope_names(ref: ScopeRef, lineage: tuple[ScopeRef, ...]) -> dict[Any, Scop
     names: dict[Any, ScopeRef] = {}
     for r in (*lineage, ref):
         names.update({r: r, str(r): r, r.scope.value: r, r.scope: r})
+    if lineage and lineage[0].scope is not StateScope.GLOBAL:
+        names[SESSION] = lineage[0]  # the seed's "session": the parent (the owner resolves it too)
     return names
 
 
@@ -153,12 +156,12 @@ class RemoteScopeHandle:
     async def aget(self, key: str, default: Any = None) -> Any:
         return (await self.asnapshot()).get_state(key, default)
 
-    def to_dict(self) -> dict[str, Any]:
-        """This scope's own key-value state as a plain, mutable deep copy."""
-        return {k: thaw(v) for k, v in self.snapshot()._state.values.items()}
+    def to_dict(self) -> ScopeDict:
+        """This scope's own key-value state as a plain, mutable deep copy (naming its scope, as locally)."""
+        return ScopeDict.of(self.snapshot()._state)
 
-    async def ato_dict(self) -> dict[str, Any]:
-        return {k: thaw(v) for k, v in (await self.asnapshot())._state.values.items()}
+    async def ato_dict(self) -> ScopeDict:
+        return ScopeDict.of((await self.asnapshot())._state)
 
     # -- writes --------------------------------------------------------------
 

@@ -57,7 +57,8 @@ from victor_actors._manager import GlobalStateManager
 from victor_actors._model import GLOBAL_REF, ScopeRef, StateScope, StateTransition
 from victor_actors._rollback import RollbackReport
 from victor_actors._runs import CURRENT_RUN, Run
-from victor_actors._state import ContextSnapshot, ScopeState, StateChanged
+from victor_actors._snapshot import ContextSnapshot
+from victor_actors._state import ScopeState, StateChanged
 from victor_actors._tools import ToolCall
 from victor_actors._values import FrozenDict, check_text
 from victor_actors.remote import _wire as w

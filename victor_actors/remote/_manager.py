@@ -21,7 +21,9 @@ from typing import Any
 from victor_actors._errors import DeadlineExceededError, OwnerUnavailableError, VictorActorsError
 from victor_actors._model import ScopeRef
 from victor_actors._rollback import RollbackReport, RunFailedError, RunTimeoutError
-from victor_actors._state import ContextSnapshot, StateChanged
+from victor_actors._snapshot import ContextSnapshot
+from victor_actors._state import StateChanged
+from victor_actors._typed import register_message_type
 from victor_actors._values import check_text
 from victor_actors.remote import _wire as w
 from victor_actors.remote._client import Client
@@ -417,6 +419,11 @@ class RemoteStateManager(Client):
         idempotency key).
         """
         self._register_tool(name, fn, timeout)
+
+    def register_message_type(self, cls: type, *, tag: str | None = None) -> str:
+        """Let ``cls`` (an attrs class or a dataclass) come back as itself in this process (see
+        ``GlobalStateManager.register_message_type``; the registry is the process's). Returns the tag."""
+        return register_message_type(cls, tag=tag)
 
     def resume_tools(self) -> int:
         """Have the owner dispatch every pending tool request again; return how many."""

@@ -25,7 +25,8 @@ from victor_actors._errors import (
 )
 from victor_actors._model import ScopeRef, StateTransition
 from victor_actors._rollback import RollbackReport, ScopeRollback
-from victor_actors._state import ContextSnapshot, KeyChange, ScopeState, StateChanged
+from victor_actors._snapshot import ContextSnapshot
+from victor_actors._state import KeyChange, ScopeState, StateChanged
 from victor_actors.store import CheckpointInfo, Codec
 
 __all__ = [

@@ -228,8 +228,8 @@ class RayAgent(TurnLoop):
     def _failing_run(self, kind: str) -> None:
         """A run meant to fail, on the sync API (an asyncio agent runs this in a worker thread).
 
-        ``manager.run`` has no async twin over Ray, and its rollback (``restore``)
-        is a blocking call; the event loop must not wait on it.
+        The turn is written once for both kinds of agent, with the blocking
+        ``manager.run``; an asyncio agent keeps it off its event loop.
         """
         start = self.ledger.next_seq
         rec = RunLedger("", self.name, kind)

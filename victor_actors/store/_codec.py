@@ -36,6 +36,7 @@ import zstandard
 from victor_actors._errors import CheckpointCorruptError, TransitionValidationError
 from victor_actors._model import ScopeRef, StateTransition
 from victor_actors._state import MessageLog, ScopeState
+from victor_actors._typed import TaggedValue
 from victor_actors._values import FrozenDict, thaw
 
 __all__ = [
@@ -102,10 +103,29 @@ def _pairs_hook(pairs: list[tuple[Any, Any]]) -> FrozenDict:
     return FrozenDict._wrap(data)
 
 
+# A registered message type's instance (docs/adr/0027): msgpack extension 1 holds ``(tag, fields)``.
+# The tag is only ever looked up in the reading process's registry (``_typed.py``), never imported.
+_EXT_TAGGED = 1
+
+
 def _default(obj: Any) -> Any:
+    if obj.__class__ is TaggedValue:
+        inner = msgpack.packb((obj.tag, obj._data), default=_default, use_bin_type=True)
+        return msgpack.ExtType(_EXT_TAGGED, inner)
     if isinstance(obj, FrozenDict):
         return obj._data
     raise TypeError(f"cannot encode {type(obj).__name__}")
+
+
+def _ext_hook(code: int, data: bytes) -> TaggedValue:
+    if code != _EXT_TAGGED:
+        raise ValueError(f"unknown msgpack extension type {code}")
+    tag, fields = msgpack.unpackb(
+        data, object_pairs_hook=_pairs_hook, ext_hook=_ext_hook, use_list=False, raw=False
+    )
+    if tag.__class__ is not str or fields.__class__ is not FrozenDict:
+        raise ValueError("a tagged value is not a (str, mapping) pair")
+    return TaggedValue._of(tag, fields)
 
 
 def _make_converter() -> cattrs.Converter:
@@ -261,7 +281,9 @@ class Codec:
                         f"it claims to decompress to {size} bytes (at most {self.max_record_bytes} are read)"
                     )
                 body = self._zstd()[1].decompress(body, max_output_size=self.max_record_bytes)
-            payload = msgpack.unpackb(body, object_pairs_hook=_pairs_hook, use_list=False, raw=False)
+            payload = msgpack.unpackb(
+                body, object_pairs_hook=_pairs_hook, ext_hook=_ext_hook, use_list=False, raw=False
+            )
         except Exception as exc:
             raise corrupt(f"{type(exc).__name__}: {exc}") from None
         if not isinstance(payload, Mapping):

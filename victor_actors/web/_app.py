@@ -7,7 +7,8 @@ Routes (every one answers GET and HEAD only; anything else is 405):
 ``/api/scopes``              a page of scopes: ``after`` (a scope ref: the cursor), ``limit`` (1-500),
                              ``level``, ``prefix`` (of the id), ``parent`` (a scope ref, or ``none``)
 ``/api/scope``               one scope: ``ref``
-``/api/history``             its commits, newest first: ``ref``, ``before`` (a version), ``limit``
+``/api/history``             its commits, newest first: ``ref``, ``before`` (a version), ``limit``,
+                             ``run`` (only that run's commits)
 ``/api/state``               its state at ``version`` (default current), with a window of messages:
                              ``messages_from``, ``messages_limit``
 ``/api/diff``                what changed between versions ``a`` and ``b`` of ``ref``
@@ -266,7 +267,7 @@ def create_app(
         ref = _required_ref(q)
         before = q.version("before")
         limit = q.integer("limit", default=100, low=1, high=500) or 100
-        return inspector.history(ref, before=before, limit=limit)
+        return inspector.history(ref, before=before, limit=limit, run=q.text("run"))
 
     def state(q: Query) -> Any:
         ref = _required_ref(q)
@@ -334,7 +335,7 @@ def create_app(
                 "/api/scopes", route(scopes, "after", "limit", "level", "prefix", "parent"), methods=["GET"]
             ),
             Route("/api/scope", route(scope, "ref"), methods=["GET"]),
-            Route("/api/history", route(history, "ref", "before", "limit"), methods=["GET"]),
+            Route("/api/history", route(history, "ref", "before", "limit", "run"), methods=["GET"]),
             Route(
                 "/api/state",
                 route(state, "ref", "version", "messages_from", "messages_limit"),

@@ -235,44 +235,66 @@ class Inspector:
             out["live"] = {"version": handle.version, "is_live": handle.is_live}
         return out
 
-    def history(self, ref: ScopeRef, *, before: int | None, limit: int) -> dict[str, Any]:
-        """One row per stored version, newest first, up to ``limit`` below ``before``."""
+    def history(
+        self, ref: ScopeRef, *, before: int | None, limit: int, run: str | None = None
+    ) -> dict[str, Any]:
+        """One row per stored version, newest first, up to ``limit`` below ``before``.
+
+        With ``run``, only the commits of that run (its writes and its rollback): the log is
+        read newest first until a page of them is found, so a page costs at most the log, which
+        retention bounds.
+        """
         self._exists(ref)
         store = self._need_store("history")
         logged, ckpts = self._stored_versions(ref)
         in_log = set(logged)
-        versions = sorted(in_log | set(ckpts))
+        versions = sorted(in_log | set(ckpts) if run is None else in_log, reverse=True)
         if before is not None:
             versions = [v for v in versions if v < before]
-        page, older = versions[-limit:][::-1], len(versions) > limit
-        rows = []
-        for v in page:
-            info = ckpts.get(v)
-            row: dict[str, Any] = {"version": v}
-            row["checkpoint"] = None if info is None else {"id": info.checkpoint_id, "label": info.label}
-            if v not in in_log:
-                row["in_log"] = False
-                rows.append(row)
-                continue
-            row["in_log"] = True
-            try:
-                rec = store.commit_record(ref, v)
-            except CheckpointCorruptError as exc:
-                row["unreadable"] = str(exc)
-            except CheckpointNotFoundError:
-                row["in_log"] = False  # pruned while reading
-            else:
-                row |= commit_json(rec)
-                row["changed_keys"] = sorted({k for keys in row["keys"].values() for k in keys})
-                row["rollback"] = rec.kind == "reset" and rec.run_id is not None
-            rows.append(row)
-        return {
+        rows: list[dict[str, Any]] = []
+        older = False
+        for v in versions:
+            row = None
+            if run is not None:
+                row = self._history_row(store, ref, v, ckpts, in_log)
+                if row.get("run_id") != run:
+                    continue
+            if len(rows) == limit:  # one more row below this page
+                older = True
+                break
+            rows.append(row or self._history_row(store, ref, v, ckpts, in_log))
+        out: dict[str, Any] = {
             "ref": str(ref),
             "count": len(in_log),
             "checkpoints": sorted(ckpts),
             "items": rows,
-            "next_before": page[-1] if older and page else None,
+            "next_before": rows[-1]["version"] if older and rows else None,
         }
+        if run is not None:
+            out["run"] = run
+        return out
+
+    @staticmethod
+    def _history_row(
+        store: Store, ref: ScopeRef, v: int, ckpts: dict[int, Any], in_log: set[int]
+    ) -> dict[str, Any]:
+        info = ckpts.get(v)
+        row: dict[str, Any] = {"version": v}
+        row["checkpoint"] = None if info is None else {"id": info.checkpoint_id, "label": info.label}
+        if v not in in_log:
+            row["in_log"] = False
+            return row
+        row["in_log"] = True
+        try:
+            rec = store.commit_record(ref, v)
+        except CheckpointCorruptError as exc:
+            row["unreadable"] = str(exc)
+        except CheckpointNotFoundError:
+            row["in_log"] = False  # pruned while reading
+        else:
+            row |= commit_json(rec)
+            row["changed_keys"] = sorted({k for keys in row["keys"].values() for k in keys})
+        return row
 
     def state(
         self, ref: ScopeRef, *, version: int | None, messages_from: int | None, messages_limit: int

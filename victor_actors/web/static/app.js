@@ -31,8 +31,18 @@ async function api(path, params) {
     if (value !== null && value !== undefined && value !== "") query.set(key, value);
   }
   const url = "/api/" + path + (query.toString() ? "?" + query : "");
-  const response = await fetch(url, { headers: { accept: "application/json" } });
-  const body = await response.json();
+  let response;
+  let body;
+  try {
+    response = await fetch(url, { headers: { accept: "application/json" } });
+  } catch (_err) {
+    throw unreachable();
+  }
+  try {
+    body = await response.json();
+  } catch (_err) {
+    throw new Error(`the inspector answered ${response.status} ${response.statusText} without JSON`);
+  }
   if (!response.ok) {
     const err = new Error(body.error ? body.error.message : response.statusText);
     err.code = body.error ? body.error.code : "http_error";
@@ -41,9 +51,20 @@ async function api(path, params) {
   return body;
 }
 
+// What the page says when its server is gone (the program serving it stopped, or the network).
+function unreachable() {
+  const err = new Error(
+    `the inspector at ${location.host} does not answer: the program serving it has probably stopped. ` +
+      "This page shows what it last read; reload it once the program runs again.",
+  );
+  err.code = "unreachable";
+  return err;
+}
+
 function showError(err) {
   const box = $("error");
   box.textContent = err ? String(err.message || err) : "";
+  box.dataset.code = err && err.code ? err.code : "";
   box.hidden = !err;
 }
 
@@ -62,7 +83,10 @@ function json(value) {
 }
 
 function scopeHash(ref, extra) {
-  const params = new URLSearchParams({ scope: ref, ...(extra || {}) });
+  const params = new URLSearchParams({ scope: ref });
+  for (const [key, value] of Object.entries(extra || {})) {
+    if (value !== null && value !== undefined) params.set(key, value);
+  }
   return "#" + params.toString();
 }
 
@@ -212,73 +236,144 @@ async function loadScope(ref) {
   for (const row of document.querySelectorAll("#tree .scope-row")) {
     row.classList.toggle("selected", row.dataset.ref === ref);
   }
+  const params = route();
+  const run = params.get("run") || null;
   const sameScope = current && current.ref === ref;
   if (!sameScope) {
-    current = { ref };
+    current = { ref, run };
     $("scope-title").textContent = ref;
     $("history").tBodies[0].replaceChildren();
     $("diff").hidden = true;
-    const info = await api("scope", { ref });
-    const items = [
-      ...summaryItem("level", info.level),
-      ...summaryItem("parent", info.parent ? el("a", { href: scopeHash(info.parent), text: info.parent }) : "none"),
-      ...summaryItem("version", String(info.version)),
-      ...summaryItem("last commit", when(info.last_commit)),
-      ...summaryItem("created", when(info.created)),
-    ];
-    if (info.size !== undefined) items.push(...summaryItem("stored", bytes(info.size)));
-    if (info.log) {
-      const span = info.log.count ? `v${info.log.first} to v${info.log.last}` : "empty";
-      items.push(...summaryItem("log", `${info.log.count} commits (${span})`));
-      items.push(...summaryItem("checkpoints", String(info.checkpoints)));
-    }
-    if (info.live) {
-      items.push(...summaryItem("owner's version", String(info.live.version)));
-      items.push(...summaryItem("actor", info.live.is_live ? "running" : "passivated"));
-    }
-    $("scope-summary").replaceChildren(...items);
+    showSummary(await api("scope", { ref }));
     await Promise.all([loadHistory(null), loadCheckpoints()]);
+  } else if (current.run !== run) {
+    current.run = run;
+    $("history").tBodies[0].replaceChildren();
+    await loadHistory(null);
   }
-  const params = route();
   await loadVersion(params.get("v"));
   if (params.get("a") && params.get("b")) await loadDiff(params.get("a"), params.get("b"));
 }
 
+function showSummary(info) {
+  current.stored = info.version;
+  current.liveVersion = info.live ? info.live.version : null;
+  const items = [
+    ...summaryItem("level", info.level),
+    ...summaryItem("parent", info.parent ? el("a", { href: scopeHash(info.parent), text: info.parent }) : "none"),
+    ...summaryItem("version", el("span", { class: "scope-version", text: String(info.version) })),
+    ...summaryItem("last commit", when(info.last_commit)),
+    ...summaryItem("created", when(info.created)),
+  ];
+  if (info.size !== undefined) items.push(...summaryItem("stored", bytes(info.size)));
+  if (info.log) {
+    const span = info.log.count ? `v${info.log.first} to v${info.log.last}` : "empty";
+    items.push(...summaryItem("log", `${info.log.count} commits (${span})`));
+    items.push(...summaryItem("checkpoints", String(info.checkpoints)));
+  }
+  if (info.live) {
+    items.push(...summaryItem("owner's version", el("span", { class: "live-version", text: String(info.live.version) })));
+    items.push(...summaryItem("actor", info.live.is_live ? "running" : "passivated"));
+  }
+  $("scope-summary").replaceChildren(...items);
+}
+
+// In live mode the open scope follows the commits: its summary, the new rows of its history, its
+// checkpoints, and its state and conversation when the current version is on show.
+async function refreshScope() {
+  if (!current) return;
+  const ref = current.ref;
+  const info = await api("scope", { ref });
+  if (!current || current.ref !== ref) return;
+  const liveVersion = info.live ? info.live.version : null;
+  if (info.version === current.stored && liveVersion === current.liveVersion) return;
+  showSummary(info);
+  await Promise.all([newHistoryRows(), loadCheckpoints()]);
+  if (!route().get("v")) await loadVersion(null);
+}
+
+function historyRow(ref, item, checked) {
+  const v = String(item.version);
+  const cells = [
+    el("td", {}, el("input", { type: "radio", name: "a", value: v, checked: checked.a === v })),
+    el("td", {}, el("input", { type: "radio", name: "b", value: v, checked: checked.b === v })),
+    el("td", { class: "num" }, el("a", { class: "version-link", href: scopeHash(ref, { v, run: current.run }), text: "v" + v })),
+  ];
+  if (!item.in_log) {
+    cells.push(el("td", { colSpan: 5, class: "note", text: "commit no longer in the log" }));
+  } else if (item.unreadable) {
+    cells.push(el("td", { colSpan: 5, class: "bad", text: "unreadable: " + item.unreadable }));
+  } else {
+    const kinds = Object.entries(item.transitions).map(([name, n]) => `${name} x${n}`).join(", ");
+    const kind = item.rollback ? "rollback" : item.kind === "reset" ? "restore" : item.kind;
+    const run = item.run_id
+      ? el("a", { class: "run-link", href: scopeHash(ref, { run: item.run_id }), text: item.run_id, title: "this run's commits" })
+      : "-";
+    cells.push(
+      el("td", { class: "time", text: when(item.time) }),
+      el("td", { class: "run" }, run),
+      el("td", { class: "kind", text: kind }),
+      el("td", { class: "transitions", text: item.kind === "reset" ? item.summary : kinds || "none" }),
+      el("td", { class: "keys", text: item.changed_keys.join(", ") }),
+    );
+  }
+  cells.push(el("td", { class: "mark", text: item.checkpoint ? "checkpoint" + (item.checkpoint.label ? " " + item.checkpoint.label : "") : "" }));
+  return el("tr", { class: "commit" + (item.rollback ? " rollback" : ""), "data-version": v }, ...cells);
+}
+
+function historyTitle(page) {
+  const count = `(${page.count} commits in the log)`;
+  if (!current.run) {
+    $("history-count").replaceChildren(count);
+    return;
+  }
+  $("history-count").replaceChildren(
+    `${count}; the commits of run ${current.run} `,
+    el("a", { class: "all-commits", href: scopeHash(current.ref), text: "show every commit" }),
+  );
+}
+
+function pickedNow() {
+  const params = route();
+  return { a: picked("a") ?? params.get("a"), b: picked("b") ?? params.get("b") };
+}
+
 async function loadHistory(before) {
   const ref = current.ref;
-  const page = await api("history", { ref, before, limit: PAGE });
-  if (!current || current.ref !== ref) return;
-  const body = $("history").tBodies[0];
-  const checked = route();
-  for (const item of page.items) {
-    const v = String(item.version);
-    const cells = [
-      el("td", {}, el("input", { type: "radio", name: "a", value: v, checked: checked.get("a") === v })),
-      el("td", {}, el("input", { type: "radio", name: "b", value: v, checked: checked.get("b") === v })),
-      el("td", { class: "num" }, el("a", { class: "version-link", href: scopeHash(ref, { v }), text: "v" + v })),
-    ];
-    if (!item.in_log) {
-      cells.push(el("td", { colSpan: 5, class: "note", text: "commit no longer in the log" }));
-    } else if (item.unreadable) {
-      cells.push(el("td", { colSpan: 5, class: "bad", text: "unreadable: " + item.unreadable }));
-    } else {
-      const kinds = Object.entries(item.transitions).map(([name, n]) => `${name} x${n}`).join(", ");
-      const kind = item.rollback ? "rollback" : item.kind;
-      cells.push(
-        el("td", { class: "time", text: when(item.time) }),
-        el("td", { class: "run", text: item.run_id || "-" }),
-        el("td", { class: "kind", text: kind }),
-        el("td", { class: "transitions", text: item.kind === "reset" ? item.summary : kinds || "none" }),
-        el("td", { class: "keys", text: item.changed_keys.join(", ") }),
-      );
-    }
-    cells.push(el("td", { class: "mark", text: item.checkpoint ? "checkpoint" + (item.checkpoint.label ? " " + item.checkpoint.label : "") : "" }));
-    const row = el("tr", { class: "commit" + (item.rollback ? " rollback" : ""), "data-version": v }, ...cells);
-    body.append(row);
+  const run = current.run;
+  const page = await api("history", { ref, before, limit: PAGE, run });
+  if (!current || current.ref !== ref || current.run !== run) return;
+  const checked = pickedNow();
+  $("history").tBodies[0].append(...page.items.map((item) => historyRow(ref, item, checked)));
+  if (before === null && !page.items.length) {
+    $("history").tBodies[0].append(el("tr", { class: "empty" }, el("td", { colSpan: 9, class: "note", text: run ? "no commit of this run is in the log" : "no commits" })));
   }
-  $("history-count").textContent = `(${page.count} commits in the log)`;
+  historyTitle(page);
   current.historyBefore = page.next_before;
   $("history-more").hidden = page.next_before === null;
+}
+
+// The commits newer than the newest row on show go on top (all of them again, if more than a
+// page arrived); the rows on show, and the versions picked for a diff, stay.
+async function newHistoryRows() {
+  const ref = current.ref;
+  const run = current.run;
+  const page = await api("history", { ref, limit: PAGE, run });
+  if (!current || current.ref !== ref || current.run !== run) return;
+  const body = $("history").tBodies[0];
+  const shown = Array.from(body.querySelectorAll("tr.commit")).map((row) => Number(row.dataset.version));
+  const top = shown.length ? Math.max(...shown) : 0;
+  const fresh = page.items.filter((item) => item.version > top);
+  const checked = pickedNow();
+  if (fresh.length === page.items.length && page.next_before !== null) {
+    body.replaceChildren(...page.items.map((item) => historyRow(ref, item, checked)));
+    current.historyBefore = page.next_before;
+    $("history-more").hidden = false;
+  } else if (fresh.length) {
+    for (const row of body.querySelectorAll("tr.empty")) row.remove();
+    body.prepend(...fresh.map((item) => historyRow(ref, item, checked)));
+  }
+  historyTitle(page);
 }
 
 function picked(name) {
@@ -440,6 +535,17 @@ function fill(id, rows) {
   $(id).tBodies[0].replaceChildren(...rows);
 }
 
+// A run's scopes, each a link to the run's commits in that scope (its writes and its rollback).
+function runScopes(run) {
+  const cell = el("td", { class: "run-scopes" });
+  run.scopes.forEach((ref, i) => {
+    if (i) cell.append(", ");
+    cell.append(el("a", { class: "run-scope", href: scopeHash(ref, { run: run.id }), text: ref, "data-ref": ref }));
+  });
+  if (!run.scopes.length) cell.append("-");
+  return cell;
+}
+
 function showLive(data) {
   const s = data.stats;
   $("live-commits").textContent = String(s.commits);
@@ -455,7 +561,7 @@ function showLive(data) {
   fill(
     "runs-active",
     data.runs.in_progress.map((r) =>
-      el("tr", { class: "run-row", "data-run": r.id }, el("td", { text: r.id }), el("td", { class: "num", text: r.age_seconds.toFixed(2) }), el("td", { class: "num", text: r.remaining_seconds === undefined ? "-" : r.remaining_seconds.toFixed(2) }), el("td", { text: r.scopes.join(", ") })),
+      el("tr", { class: "run-row", "data-run": r.id }, el("td", { text: r.id }), el("td", { class: "num", text: r.age_seconds.toFixed(2) }), el("td", { class: "num", text: r.remaining_seconds === undefined ? "-" : r.remaining_seconds.toFixed(2) }), runScopes(r)),
     ),
   );
   fill(
@@ -463,7 +569,7 @@ function showLive(data) {
     data.runs.finished
       .slice()
       .reverse()
-      .map((r) => el("tr", { class: "run-row " + r.status, "data-run": r.id }, el("td", { text: r.id }), el("td", { class: "outcome", text: r.status.replace("_", " ") }), el("td", { text: r.reason || "-" }), el("td", { text: when(r.ended) }))),
+      .map((r) => el("tr", { class: "run-row " + r.status, "data-run": r.id }, el("td", { text: r.id }), el("td", { class: "outcome", text: r.status.replace("_", " ") }), runScopes(r), el("td", { text: r.reason || "-" }), el("td", { class: "time", text: shortWhen(r.ended) }))),
   );
   fill(
     "supervision",
@@ -505,28 +611,35 @@ function followCommits(commits) {
   const now = Date.now();
   if (treeRefresh.busy || commits === treeRefresh.commits || now - treeRefresh.at < 2000) return;
   treeRefresh = { busy: true, at: now, commits };
-  refreshVisibleRows()
+  Promise.all([refreshVisibleRows(), refreshScope()])
     .catch(showError)
     .finally(() => {
       treeRefresh.busy = false;
     });
 }
 
+function liveStatus(text, bad) {
+  $("live-status").textContent = text;
+  $("live-status").classList.toggle("bad", Boolean(bad));
+}
+
 function startLive() {
   $("live").hidden = false;
   const source = new EventSource("/api/live/events");
   source.addEventListener("live", (event) => {
-    $("live-status").textContent = "live";
+    liveStatus("live");
+    if ($("error").dataset.code === "unreachable") showError(null); // back again
     const data = JSON.parse(event.data);
     showLive(data);
     followCommits(data.stats.commits);
   });
   source.addEventListener("closed", () => {
-    $("live-status").textContent = "the manager closed";
+    liveStatus("the manager closed: this page shows what it last read", true);
     source.close();
   });
   source.onerror = () => {
-    $("live-status").textContent = "reconnecting";
+    // The browser tries again by itself; meanwhile say what happened, in words.
+    liveStatus("disconnected: the program serving this page has probably stopped; trying again", true);
   };
 }
 
