@@ -65,6 +65,7 @@ TARGET_IDS = {
     "groupcommit_sqlite",
     "ray_apply_p50",
     "ray_pipeline_rate",
+    "ray_cross_rate",
     "remote_four_sync",
     "remote_p50_sync",
     "remote_four_mem",
