@@ -1,7 +1,7 @@
 """A shard's side of a cross-shard batch: the participant's prepare and commit, home's decision.
 
 A batch from a conversation on shard P that also writes the global scope
-(on home, shard 0) commits in three steps (``docs/ray.md``, ADR 0026):
+(on home, shard 0) commits in three steps (``docs/ray.md``, ADR 0030):
 
 1. **Prepare at P.** P holds the scopes its part writes, waits for the
    writes already in progress, checks ``expected_version``, dry-runs the
