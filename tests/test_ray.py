@@ -566,6 +566,37 @@ def test_reopening_with_another_shard_count_is_refused(tmp_path: Path) -> None:
     m.shutdown()
 
 
+def test_shards_starting_at_once_never_read_a_half_written_layout(tmp_path: Path) -> None:
+    """Regression: the first shard created ``cluster.json`` and wrote it after; a shard starting at the
+    same moment could read it empty and refuse to start ("cluster.json is unreadable"), which failed a
+    ``RayStateManager.open`` in this file under load. Failed before the fix (about 250 of 300 rounds of
+    6 threads saw the error). Now the file is written whole beside it and linked into place."""
+    from victor_actors.ray._shard import check_layout
+
+    for n in range(30):
+        root = tmp_path / f"r{n}"
+        root.mkdir()
+        errors: list[BaseException] = []
+        start = threading.Barrier(6)
+
+        def take(root: Path = root, errors: list[BaseException] = errors, start: Any = start) -> None:
+            start.wait()
+            try:
+                check_layout(str(root), 2)
+            except BaseException as exc:
+                errors.append(exc)
+
+        threads = [threading.Thread(target=take) for _ in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not errors, errors[0]
+        assert [p.name for p in root.iterdir()] == ["cluster.json"]  # no draft left behind
+    with pytest.raises(VictorActorsError, match="cluster of 2 shards, not 3"):
+        check_layout(str(tmp_path / "r0"), 3)
+
+
 def test_the_asyncio_twins_of_the_manager(manager: RayStateManager) -> None:
     (a,) = _on_shard(manager, 0, "tw-a")
     (b,) = _on_shard(manager, 1, "tw-b")

@@ -74,6 +74,36 @@ def shard_name(token: str, index: int) -> str:
     return f"victor-actors-{token}-shard-{index}"
 
 
+def _record_layout(meta: str, shards: int) -> bool:
+    """Create ``meta`` with ``shards`` in it, whole; False when it exists already.
+
+    Written beside it, then linked into place: shards starting at once never read a file another
+    one has created but not written yet (``os.link`` refuses an existing name, atomically).
+    """
+    body = json.dumps({"format": 2, "shards": shards})
+    fd, draft = tempfile.mkstemp(prefix=".cluster.json.", dir=os.path.dirname(meta))
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(body)
+            f.flush()
+            os.fsync(f.fileno())
+        try:
+            os.link(draft, meta)
+        except FileExistsError:
+            return False
+        except OSError:  # a file system without hard links: create it in place
+            try:
+                with open(meta, "x", encoding="utf-8") as f:
+                    f.write(body)
+                    f.flush()
+                    os.fsync(f.fileno())
+            except FileExistsError:
+                return False
+        return True
+    finally:
+        os.unlink(draft)
+
+
 def check_layout(root: str, shards: int) -> None:
     """Record the shard count in ``root/cluster.json``; refuse a path that holds another count.
 
@@ -81,15 +111,7 @@ def check_layout(root: str, shards: int) -> None:
         ScopeAccessError: the file holds another count, or is unreadable; nothing was opened.
     """
     meta = os.path.join(root, "cluster.json")
-    try:
-        fd = os.open(meta, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-    except FileExistsError:
-        pass
-    else:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump({"format": 2, "shards": shards}, f)
-            f.flush()
-            os.fsync(f.fileno())
+    if _record_layout(meta, shards):
         return
     try:
         with open(meta, encoding="utf-8") as f:
