@@ -165,8 +165,16 @@ class RayStateManager(Client):
         joined, private = join_ray(address, max(2, shards or 2))
         try:
             token = token_for(root)
-            if shards is None:
-                shards = (existing_count(token) if root is not None else None) or _count_on_disk(root) or 2
+            if root is not None:  # the path's count, from its running shards or its cluster.json
+                known = existing_count(token) or _count_on_disk(root)
+                if shards is None:
+                    shards = known or 2
+                elif known is not None and known != shards:
+                    raise ScopeAccessError(
+                        f"{root} holds a cluster of {known} shards, not {shards}: scopes would be routed "
+                        "to shards that do not hold them (resharding is not supported); nothing was opened"
+                    )
+            shards = shards or 2
             local = {"durability": durability, "request_timeout": request_timeout, **options}
             local["hold_timeout"] = hold_timeout
             if root is None:
@@ -630,15 +638,25 @@ def _ray() -> Any:
     return ray
 
 
-def _count_on_disk(root: str | None) -> int | None:
-    """The shard count ``root/cluster.json`` records, when this process can read it."""
-    if root is None:
-        return None
+def _count_on_disk(root: str) -> int | None:
+    """The shard count ``root/cluster.json`` records, or None when this process cannot read one there
+    (no such file, or a disk the shards see and the driver does not); the shards check it again.
+
+    Raises:
+        ScopeAccessError: the file is there but holds no count; nothing was opened.
+    """
     import json
 
+    meta = os.path.join(root, "cluster.json")
     try:
-        with open(os.path.join(root, "cluster.json"), encoding="utf-8") as f:
-            count = json.load(f).get("shards")
-    except (OSError, ValueError, AttributeError):
+        with open(meta, encoding="utf-8") as f:
+            raw = f.read()
+    except OSError:
         return None
-    return count if isinstance(count, int) and not isinstance(count, bool) and count > 0 else None
+    try:
+        count = json.loads(raw).get("shards")
+    except (ValueError, AttributeError) as exc:
+        raise ScopeAccessError(f"{meta} is unreadable ({exc}); nothing was opened") from None
+    if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+        raise ScopeAccessError(f"{meta} is unreadable (no shard count in it); nothing was opened")
+    return count
