@@ -158,6 +158,18 @@ def cluster() -> Iterator[Any]:
     c.shutdown()
 
 
+@pytest.fixture(scope="module")
+def pair(cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Any, Any]]:
+    """One store's shards with two drivers of them, for the tests that only need two drivers (each uses
+    scope ids of its own): starting a store's shards is what a test here spends most on."""
+    path = str(tmp_path_factory.mktemp("pair") / "store")
+    a = RayStateManager.open(path, shards=2)
+    b = RayStateManager.open(path, shards=2)  # another driver of the same shards (here in this process)
+    yield path, a, b
+    a.close()
+    b.shutdown()
+
+
 def _on_nodes(c: Any, workers: list[Any]) -> dict[int, dict[str, Any]]:
     nodes = [c.head_node.node_id, *(w.node_id for w in workers)]
     return {
@@ -315,15 +327,14 @@ def _tool_results(m: RayStateManager, ref: str, count: int) -> list[Any]:
         time.sleep(0.05)  # polling a shard's state from the driver; it orders nothing
 
 
-def test_a_tool_call_goes_to_a_driver_that_registered_the_tool(cluster: Any, tmp_path: Path) -> None:
+def test_a_tool_call_goes_to_a_driver_that_registered_the_tool(pair: tuple[str, Any, Any]) -> None:
     """Regression (issue 24, item 3): a shard handed each tool call to whichever driver polled first,
     and a driver without the tool recorded ``LookupError`` as its result. Now a call goes only to a
     driver that registered the tool; when that driver leaves, the call waits for another one; when
     none comes within the tool's timeout, it is answered with ``ToolUnavailableError``. (On main the
     second driver could not even attach.)"""
-    path = str(tmp_path / "store")
-    a = RayStateManager.open(path, shards=2)
-    b = RayStateManager.open(path, shards=2)  # another driver of the same shards (here in this process)
+    path, _, b = pair
+    a = RayStateManager.open(path, shards=2)  # a driver of its own, which leaves half-way
     try:
         ran: list[str] = []
         a.register_tool("lookup", lambda call: (ran.append(call.request_id), {"q": call.arguments["q"]})[1])
@@ -348,95 +359,83 @@ def test_a_tool_call_goes_to_a_driver_that_registered_the_tool(cluster: Any, tmp
         assert orphan["error"].startswith("ToolUnavailableError: no client that registered tool 'lookup'")
         assert not conv.snapshot().pending_tool_requests
     finally:
-        b.shutdown()
+        a.close()
 
 
-def test_events_reach_every_driver_in_commit_order(cluster: Any, tmp_path: Path) -> None:
+def test_events_reach_every_driver_in_commit_order(pair: tuple[str, Any, Any]) -> None:
     """Two drivers subscribe to one conversation and both write to it: each sees every commit once,
     in order, whoever made it."""
-    path = str(tmp_path / "store")
-    a = RayStateManager.open(path, shards=2)
-    b = RayStateManager.open(path, shards=2)
-    try:
-        conv_a = a.get_conversation_state("ev", team_id="t")
-        conv_b = b.get_conversation_state("ev")  # by its id alone
-        seen: dict[str, list[int]] = {"a": [], "b": []}
-        done = {k: threading.Event() for k in seen}
+    _, a, b = pair
+    conv_a = a.get_conversation_state("ev", team_id="t")
+    conv_b = b.get_conversation_state("ev")  # by its id alone
+    seen: dict[str, list[int]] = {"a": [], "b": []}
+    done = {k: threading.Event() for k in seen}
 
-        def on(key: str) -> Any:
-            def callback(event: Any) -> None:
-                seen[key].append(event.new_version)
-                if event.new_version == 10:
-                    done[key].set()
+    def on(key: str) -> Any:
+        def callback(event: Any) -> None:
+            seen[key].append(event.new_version)
+            if event.new_version == 10:
+                done[key].set()
 
-            return callback
+        return callback
 
-        subs = [conv_a.subscribe(on("a")), conv_b.subscribe(on("b"))]
-        for i in range(10):
-            (conv_a if i % 2 else conv_b).add_message(i)
-        assert done["a"].wait(60) and done["b"].wait(60)
-        for sub in subs:
-            sub.close()
-        assert seen == {"a": list(range(1, 11)), "b": list(range(1, 11))}
-        assert list(conv_a.snapshot().messages) == list(range(10))
-    finally:
-        a.close()
-        b.shutdown()
+    subs = [conv_a.subscribe(on("a")), conv_b.subscribe(on("b"))]
+    for i in range(10):
+        (conv_a if i % 2 else conv_b).add_message(i)
+    assert done["a"].wait(60) and done["b"].wait(60)
+    for sub in subs:
+        sub.close()
+    assert seen == {"a": list(range(1, 11)), "b": list(range(1, 11))}
+    assert list(conv_a.snapshot().messages) == list(range(10))
 
 
-def test_a_scope_is_found_by_its_id_alone_and_never_split(cluster: Any, tmp_path: Path) -> None:
+def test_a_scope_is_found_by_its_id_alone_and_never_split(pair: tuple[str, Any, Any]) -> None:
     """Regression (issue 24, item 2): opening a conversation by its id alone, without its team, silently
     created a second, empty conversation with the same id on another shard. Failed before the fix
     (version 0, another shard). Now the directory finds it; creating it under another parent is
     refused as it is locally; two drivers creating one id under two teams at once: one wins, the
     other is refused, and both then find the winner's."""
-    path = str(tmp_path / "store")
-    a = RayStateManager.open(path, shards=2)
-    b = RayStateManager.open(path, shards=2)
-    try:
-        created = a.get_conversation_state("s1", team_id="t")
-        created.add_message("hi")
+    _, a, b = pair
+    created = a.get_conversation_state("s1", team_id="t")
+    created.add_message("hi")
+    for m in (a, b):
+        found = m.get_conversation_state("s1")
+        assert (found.ref, found.lineage, found.shard, found.version) == (
+            created.ref,
+            created.lineage,
+            created.shard,
+            1,
+        )
+    with pytest.raises(ScopeAccessError, match="already exists under team:t, not under team:u"):
+        b.get_conversation_state("s1", team_id="u")
+    wf = a.get_conversation_state("s2", workflow_id="w", team_id="t")
+    assert b.get_workflow_state("w").lineage == (ScopeRef("team", "t"), ScopeRef("global", "global"))
+    assert b.get_conversation_state("s2", workflow_id="w").address == wf.address
+    with pytest.raises(ScopeAccessError):
+        b.get_conversation_state("never", create=False)
+    for round_ in range(5):  # the same id under two teams from two drivers at once
+        barrier = threading.Barrier(2)
+        outcome: dict[str, Any] = {}
+
+        def make(m: RayStateManager, team: str, name: str, barrier: Any, outcome: dict[str, Any]) -> None:
+            barrier.wait()
+            try:
+                outcome[team] = m.get_conversation_state(name, team_id=team).address
+            except ScopeAccessError as exc:
+                outcome[team] = exc
+
+        threads = [
+            threading.Thread(target=make, args=(m, t, f"race{round_}", barrier, outcome))
+            for m, t in ((a, "ta"), (b, "tb"))
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        won = [v for v in outcome.values() if isinstance(v, tuple)]
+        assert len(won) == 1, outcome
         for m in (a, b):
-            found = m.get_conversation_state("s1")
-            assert (found.ref, found.lineage, found.shard, found.version) == (
-                created.ref,
-                created.lineage,
-                created.shard,
-                1,
-            )
-        with pytest.raises(ScopeAccessError, match="already exists under team:t, not under team:u"):
-            b.get_conversation_state("s1", team_id="u")
-        wf = a.get_conversation_state("s2", workflow_id="w", team_id="t")
-        assert b.get_workflow_state("w").lineage == (ScopeRef("team", "t"), ScopeRef("global", "global"))
-        assert b.get_conversation_state("s2", workflow_id="w").address == wf.address
-        with pytest.raises(ScopeAccessError):
-            b.get_conversation_state("never", create=False)
-        for round_ in range(5):  # the same id under two teams from two drivers at once
-            barrier = threading.Barrier(2)
-            outcome: dict[str, Any] = {}
-
-            def make(m: RayStateManager, team: str, name: str, barrier: Any, outcome: dict[str, Any]) -> None:
-                barrier.wait()
-                try:
-                    outcome[team] = m.get_conversation_state(name, team_id=team).address
-                except ScopeAccessError as exc:
-                    outcome[team] = exc
-
-            threads = [
-                threading.Thread(target=make, args=(m, t, f"race{round_}", barrier, outcome))
-                for m, t in ((a, "ta"), (b, "tb"))
-            ]
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
-            won = [v for v in outcome.values() if isinstance(v, tuple)]
-            assert len(won) == 1, outcome
-            for m in (a, b):
-                assert m.get_conversation_state(f"race{round_}").address == won[0]
-    finally:
-        a.close()
-        b.shutdown()
+            assert m.get_conversation_state(f"race{round_}").address == won[0]
 
 
 def test_shutdown_stops_the_shards_for_every_driver(cluster: Any, tmp_path: Path) -> None:
@@ -464,51 +463,43 @@ def test_shutdown_stops_the_shards_for_every_driver(cluster: Any, tmp_path: Path
     d.shutdown()
 
 
-def test_a_shard_refuses_a_store_another_live_shard_holds(cluster: Any, tmp_path: Path) -> None:
+def test_a_shard_refuses_a_store_another_live_shard_holds(pair: tuple[str, Any, Any]) -> None:
     """Two sets of shards for one path (as two Ray clusters given the same path would start): the
     second is refused with ``StoreLockedError`` naming the holder, and starts nothing."""
     from victor_actors.ray._cluster import Shards
 
-    path = str(tmp_path / "store")
-    a = RayStateManager.open(path, shards=2)
-    try:
-        a.get_conversation_state("x").add_message("held")
-        holder = ray.get(a.shard_actor(0).ping.remote())["pid"]
-        with pytest.raises(StoreLockedError, match=f"held by another live shard \\(pid {holder} on"):
-            Shards.attach(path, 2, "an-intruder", {}, max_restarts=0, shard_options=None)
-        for n in range(2):
-            with pytest.raises(ValueError):  # the refused shards were not left running
-                ray.get_actor(f"victor-actors-an-intruder-shard-{n}", namespace="victor_actors")
-        assert list(a.get_conversation_state("x").snapshot().messages) == ["held"]
-    finally:
-        a.shutdown()
+    path, a, _ = pair
+    a.get_conversation_state("x").add_message("held")
+    holder = ray.get(a.shard_actor(0).ping.remote())["pid"]
+    with pytest.raises(StoreLockedError, match=f"held by another live shard \\(pid {holder} on"):
+        Shards.attach(path, 2, "an-intruder", {}, max_restarts=0, shard_options=None)
+    for n in range(2):
+        with pytest.raises(ValueError):  # the refused shards were not left running
+            ray.get_actor(f"victor-actors-an-intruder-shard-{n}", namespace="victor_actors")
+    assert list(a.get_conversation_state("x").snapshot().messages) == ["held"]
 
 
-def test_connect_takes_a_ray_target(cluster: Any, tmp_path: Path) -> None:
+def test_connect_takes_a_ray_target(pair: tuple[str, Any, Any]) -> None:
     """``victor_actors.connect`` with ``victor-ray://`` (not Ray Client's ``ray://``): a driver of the
     store's shards; malformed targets are refused with a typed error before anything starts."""
     import victor_actors
 
-    path = str(tmp_path / "store")
-    a = RayStateManager.open(path, shards=2)
-    try:
-        a.get_team_state("t").set("k", 1)
-        with victor_actors.connect(f"victor-ray://{path}?shards=2", request_timeout=10) as client:
-            assert isinstance(client, RayStateManager) and client.shards == 2
-            assert client.get_team_state("t").get("k") == 1
-        with victor_actors.connect(f"victor-ray://{path}") as client:  # the count of the running shards
-            assert client.shards == 2
-        for bad in (
-            "victor-ray://relative/path",
-            f"victor-ray://{path}?shards=0",
-            f"victor-ray://{path}?x=1",
-        ):
-            with pytest.raises(TransitionValidationError):
-                victor_actors.connect(bad)
-        with pytest.raises(TransitionValidationError, match="token_file"):
-            victor_actors.connect(f"victor-ray://{path}", token_file="/dev/null")
-    finally:
-        a.shutdown()
+    path, a, _ = pair
+    a.get_team_state("t").set("k", 1)
+    with victor_actors.connect(f"victor-ray://{path}?shards=2", request_timeout=10) as client:
+        assert isinstance(client, RayStateManager) and client.shards == 2
+        assert client.get_team_state("t").get("k") == 1
+    with victor_actors.connect(f"victor-ray://{path}") as client:  # the count of the running shards
+        assert client.shards == 2
+    for bad in (
+        "victor-ray://relative/path",
+        f"victor-ray://{path}?shards=0",
+        f"victor-ray://{path}?x=1",
+    ):
+        with pytest.raises(TransitionValidationError):
+            victor_actors.connect(bad)
+    with pytest.raises(TransitionValidationError, match="token_file"):
+        victor_actors.connect(f"victor-ray://{path}", token_file="/dev/null")
 
 
 def test_a_shard_on_a_removed_node_restarts_elsewhere_and_drivers_resume(
