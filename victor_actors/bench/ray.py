@@ -2,7 +2,7 @@
 
     python -m victor_actors.bench.ray [--quick] [--json FILE]
 
-Issue 17's benchmark, in one Ray session (``ray.init(num_cpus=2,
+Issues 17 and 24's benchmark, in one Ray session (``ray.init(num_cpus=2,
 include_dashboard=False)``), every figure against a baseline in the same run:
 
 - remote ``apply`` p50 and p99 from the driver, one request at a time, on a
@@ -12,6 +12,10 @@ include_dashboard=False)``), every figure against a baseline in the same run:
 - pipelined ``aapply`` from one asyncio driver (10,000 one-message commits over
   100 conversations, 2,000 in flight) to 2 shards and to 1 shard, in memory,
   against the bare actor fed one call carrying 1,000 requests at a time;
+- cross-shard batches that write global (issue 24): one at a time, then 50
+  conversations at once, with the CPU per batch in the driver and each shard;
+- the directory (issue 24): opening a scope another driver created (a miss)
+  against a cached open and a one-message apply;
 - the costs: a bare Ray call with many in flight (the per-call cost), a shard
   process's memory against a bare Ray actor's, memory per conversation in a
   shard against the same conversations in a local manager, and the Ray
@@ -739,7 +743,7 @@ def main() -> int:
     started = time.perf_counter()
     when = datetime.now(UTC).isoformat(timespec="seconds")
     checkout = source_checkout()
-    print("victor_actors Ray benchmark (issue 17): shards in memory, one local Ray session")
+    print("victor_actors Ray benchmark (issues 17 and 24): shards in memory, one local Ray session")
     print(
         f"date: {when}  python: {platform.python_version()}  ray: {version_of('ray')}  cpus: {os.cpu_count()}"
         f"  load average: {load_average()}"

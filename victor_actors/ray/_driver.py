@@ -19,6 +19,7 @@ import os
 import time
 from collections.abc import AsyncIterator, Coroutine, Iterable, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
+from types import MappingProxyType
 from typing import Any, TypeVar
 
 from victor_actors._errors import (
@@ -47,14 +48,10 @@ __all__ = ["RayRun", "RayScopeHandle", "RayStateManager", "RaySubscription"]
 
 RaySubscription = Subscription  # a driver-side subscription: the client's
 
-# Operations that may wait at a shard (a hold, a lock, a flush): each goes in a call of its own, so
-# it never holds a lane's slot. A prepare waits for other transactions' holds; if it sat in a slot,
-# the commits that release those holds could queue behind it.
+# Operations that may wait at a shard (a lock, a flush, a decision being written): each goes in a call
+# of its own, so it never holds a lane's slot (a cross-shard batch's prepare and commit: GROUPED).
 _BYPASS = frozenset(
     {
-        "prepare",
-        "commit",
-        "abort",
         "status",
         "rollback",
         "tx_open",
@@ -95,6 +92,10 @@ class RayStateManager(Client):
     """
 
     BYPASS = _BYPASS
+    # A cross-shard batch's steps on its participant share calls with the same steps of other batches,
+    # each kind in a stream of its own: a prepare may wait at the shard for another batch's hold, and
+    # the commits and aborts that release holds never queue behind prepares or ordinary writes.
+    GROUPED = MappingProxyType({"prepare": "prepare", "commit": "resolve", "abort": "resolve"})
     WRITES = Client.WRITES | {"decide"}
     LOOKUP = frozenset({"apply", "rollback", "decide"})
 

@@ -97,33 +97,54 @@ class _Item:
             outcome(committed, value)
 
 
+class _Queue:
+    """Requests waiting for one of a lane's call streams, and that stream's calls in flight."""
+
+    __slots__ = ("inflight", "items")
+
+    def __init__(self) -> None:
+        self.items: list[_Item] = []
+        self.inflight = 0
+
+
 class Lane:
-    """One owner's queue and its outstanding calls (runs on the client's loop)."""
+    """One owner's queues and their outstanding calls (runs on the client's loop).
+
+    Requests share calls in the lane's main stream, except the client's
+    ``GROUPED`` kinds: each group has a stream of its own (its own queue and
+    its own calls in flight), so that a group whose requests may wait at the
+    owner (a 2PC prepare, for a hold) never delays the others, and requests
+    that must never wait behind them (a 2PC commit, which releases a hold)
+    never queue behind them.
+    """
 
     def __init__(self, client: Client, index: int, transport: Transport) -> None:
         self.client = client
         self.index = index
         self.transport = transport
-        self.queue: list[_Item] = []
-        self.inflight = 0
+        self.main = _Queue()
+        self.groups: dict[str, _Queue] = {}
         self.calls = 0
 
     def submit(self, item: _Item) -> None:
-        if item.op["k"] in self.client.BYPASS:
-            # a step that may wait at the owner (a 2PC step) never takes a lane's slot
-            self.client._loop.create_task(self._send([item], counted=False))
+        kind = item.op["k"]
+        if kind in self.client.BYPASS:
+            # a step that may wait at the owner never takes a slot: a call of its own
+            self.client._loop.create_task(self._send([item], None))
             return
-        self.queue.append(item)
-        self._pump()
+        group = self.client.GROUPED.get(kind)
+        q = self.main if group is None else self.groups.setdefault(group, _Queue())
+        q.items.append(item)
+        self._pump(q)
 
-    def _pump(self) -> None:
+    def _pump(self, q: _Queue) -> None:
         loop = self.client._loop
-        while self.queue and self.inflight < IN_FLIGHT:
-            batch, self.queue = self.queue[:MAX_OPS], self.queue[MAX_OPS:]
-            self.inflight += 1
-            loop.create_task(self._send(batch))
+        while q.items and q.inflight < IN_FLIGHT:
+            batch, q.items = q.items[:MAX_OPS], q.items[MAX_OPS:]
+            q.inflight += 1
+            loop.create_task(self._send(batch, q))
 
-    async def _send(self, batch: list[_Item], counted: bool = True) -> None:
+    async def _send(self, batch: list[_Item], q: _Queue | None) -> None:
         try:
             live = []
             for item in batch:
@@ -188,9 +209,9 @@ class Lane:
                 else:
                     item.future.set_exception(w.error_from(value, where))
         finally:
-            if counted:
-                self.inflight -= 1
-                self._pump()
+            if q is not None:
+                q.inflight -= 1
+                self._pump(q)
 
     def _retry(self, batch: list[_Item], exc: BaseException) -> None:
         client = self.client
@@ -254,12 +275,14 @@ class Client:
 
     Subclasses give the transports and may override :meth:`_unavailable`
     (the error for an owner that could not be reached), ``BYPASS`` (the
-    operations that never wait in a lane), ``WRITES`` (the operations whose
+    operations that never wait in a lane), ``GROUPED`` (operations that share
+    calls in a stream of their own, see :class:`Lane`), ``WRITES`` (the operations whose
     lost reply means "may have been applied") and ``LOOKUP`` (the writes a
     retry marks ``rt``, so the owner looks the first attempt up first).
     """
 
     BYPASS: frozenset[str] = frozenset()
+    GROUPED: Mapping[str, str] = {}  # operation kind -> the lane stream of its own it shares calls in
     WRITES: frozenset[str] = WRITES  # operations that may change state (a lost reply: maybe applied)
     LOOKUP: frozenset[str] = frozenset({"apply"})  # retried as "look the first attempt up first"
 
