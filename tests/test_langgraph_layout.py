@@ -22,7 +22,12 @@ lanes (checked by running this file against that version of
 - listing every thread pages through the store's team scopes by prefix,
   not through every scope (fails before: it iterated ``manager.scopes()``);
 - a cancelled ``aput`` waiting in a lane does not stall the lane;
-- bad options and damaged stored records raise typed errors at the edge.
+- bad options and damaged stored records raise typed errors at the edge;
+- the put path's shortcuts (issue 27, item 4) build what the checked path
+  builds: transitions equal to the core's validated ones, refused text still
+  refused; a checkpoint's own fields stored as plain msgpack read back equal,
+  and fields that are not plain (a tuple, a datetime) still go through the
+  serializer.
 """
 
 from __future__ import annotations
@@ -46,6 +51,9 @@ from victor_actors import (
     GlobalStateManager,
     ScopeRef,
     StateScope,
+    StateTransition,
+    TransitionType,
+    TransitionValidationError,
     VersionConflictError,
 )
 from victor_actors import _trace as trace
@@ -438,3 +446,68 @@ def test_a_damaged_stored_record_raises_a_typed_error(tmp_path: Path) -> None:
         scope.set(layout.blob_key("step", 1), 42)
         with pytest.raises(CheckpointCorruptError, match="no known form"):
             saver.get_tuple(stored)
+
+
+# -- the put path's shortcuts (issue 27, item 4) ------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("b/ch/1", b"\x01payload"),
+        ("latest", "1f0-abc"),
+        ("c/x", None),
+        ("k", 2.5),
+        ("k", True),
+        ("b/é/1", b""),
+    ],
+)
+def test_transitions_built_without_checks_equal_the_checked_ones(key: str, value: Any) -> None:
+    fast, checked = (
+        layout.update(key, value),
+        StateTransition(TransitionType.UPDATE_STATE, {"key": key, "value": value}),
+    )
+    assert fast == checked and hash(fast) == hash(checked) and fast.data._height == checked.data._height
+    assert layout.delete(key) == StateTransition(TransitionType.DELETE_STATE, {"key": key})
+
+
+@pytest.mark.parametrize("value", ["\ud800", ("a", 1)])
+def test_what_the_core_refuses_or_converts_still_goes_through_its_checks(value: Any) -> None:
+    if value == "\ud800":
+        with pytest.raises(TransitionValidationError):
+            layout.update("k", value)
+        with pytest.raises(TransitionValidationError):
+            layout.update("k\ud800", b"x")
+    else:
+        assert layout.update("k", value) == StateTransition(
+            TransitionType.UPDATE_STATE, {"key": "k", "value": value}
+        )
+
+
+def test_a_checkpoint_own_fields_are_stored_plain_when_plain_and_read_back_equal(
+    manager: GlobalStateManager,
+) -> None:
+    import datetime
+
+    saver = VictorActorsSaver(manager)
+    cp = create_checkpoint(empty_checkpoint(), None, 1)
+    cp["versions_seen"] = {"node": {"ch": 3}}
+    config = saver.put(cfg("plain"), cp, {"step": 1}, {})
+    odd = create_checkpoint(cp, None, 2)
+    odd["versions_seen"] = {"node": {"ch": 4}}
+    odd["pending_sends"] = [("x", datetime.datetime(2026, 1, 2, tzinfo=datetime.UTC))]  # type: ignore[typeddict-unknown-key]
+    config2 = saver.put(config, odd, {"step": 2}, {})
+    state = saver._segments.lookup("plain", "").snapshot().state
+    first = layout.record_of(state[layout.record_key(config["configurable"]["checkpoint_id"])])
+    second = layout.record_of(state[layout.record_key(config2["configurable"]["checkpoint_id"])])
+    assert first["c"].__class__ is bytes and second["c"].__class__ is not bytes  # the second through serde
+    got = saver.get_tuple(config)
+    assert (
+        got is not None
+        and got.checkpoint["versions_seen"] == cp["versions_seen"]
+        and got.checkpoint["id"] == cp["id"]
+    )
+    got2 = saver.get_tuple(config2)
+    assert got2 is not None  # the datetime is read back as one (tuples as lists: the serializer's, as before)
+    sent = got2.checkpoint["pending_sends"]  # type: ignore[typeddict-item]
+    assert sent == [["x", datetime.datetime(2026, 1, 2, tzinfo=datetime.UTC)]]

@@ -54,7 +54,7 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import CheckpointMetadata, create_checkpoint, empty_checkpoint
 
 from victor_actors import GlobalStateManager, ScopeRef, StateScope, TransitionValidationError
-from victor_actors.langgraph import VictorActorsSaver
+from victor_actors.langgraph import ThreadDeletedError, VictorActorsSaver
 from victor_actors.langgraph import _layout as layout
 from victor_actors.langgraph._lanes import WHOLE
 
@@ -95,6 +95,7 @@ class Ledger:
         self.writes: set[str] = set()
         self.cleared: dict[str, int] = {}  # thread -> tick at which its last delete or prune returned
         self.errors: list[BaseException] = []
+        self.refused: list[str] = []  # checkpoint ids of late puts a delete_thread's tombstone refused
 
     def now(self) -> int:
         with self._lock:
@@ -132,6 +133,10 @@ async def putter(
             ledger.put(thread, ns, config["configurable"]["checkpoint_id"], tick, values)
             await call(saver.put_writes, saver.aput_writes, config, [("x", i)], f"task-{w}", "")
             ledger.wrote(config["configurable"]["checkpoint_id"])
+        except ThreadDeletedError:  # a late write to a thread deleted meanwhile: the run starts afresh
+            if cp["id"] not in ledger.puts:
+                ledger.refused.append(cp["id"])
+            config = cfg(thread, ns)
         except Exception as exc:
             ledger.errors.append(exc)
             return
@@ -214,7 +219,7 @@ def test_puts_racing_whole_thread_work_keep_every_acknowledged_checkpoint(
     path = tmp_path / "store"
     ledger = _stress(path, runtime)
     assert not ledger.errors, ledger.errors[:3]
-    assert len(ledger.puts) == (PUTTERS + 1) * STEPS
+    assert len(ledger.puts) + len(ledger.refused) == (PUTTERS + 1) * STEPS
     with VictorActorsSaver.open(path, segment_keys=KEYS) as saver:  # the restart
         assert not saver.manager.recovery_reports
         last_clear = ledger.cleared["D"]
@@ -230,6 +235,8 @@ def test_puts_racing_whole_thread_work_keep_every_acknowledged_checkpoint(
             assert got.checkpoint["channel_values"] == values
             if cid in ledger.writes:
                 assert [w[1:] for w in got.pending_writes or []] == [("x", int(values["x"].split("-")[1]))]
+        for cid in ledger.refused:  # a late put refused by delete_thread's tombstone wrote nothing
+            assert saver.get_tuple(cfg("D", "", cid)) is None
         for ns in ("", "child:1"):
             acked = sorted(cid for cid, e in ledger.puts.items() if e[:2] == ("T", ns))
             listed = [t.checkpoint["id"] for t in saver.list(cfg("T", ns))]

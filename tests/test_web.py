@@ -625,6 +625,14 @@ def until(driver: Any, condition: Callable[[Any], Any], what: str, timeout: floa
     return wait.until(condition, message=f"waited {timeout} s for {what}")
 
 
+def click(driver: Any, selector: str, what: str) -> None:
+    """Find and click in one step, again if the element was re-rendered in between (the live
+    panel redraws its tables on every event: a clicked row may be stale by the time it is used)."""
+    from selenium.webdriver.common.by import By
+
+    until(driver, lambda d: d.find_element(By.CSS_SELECTOR, selector).click() or True, f"to click {what}")
+
+
 def rows(driver: Any, selector: str, attribute: str) -> list[str]:
     script = (
         "return Array.from(document.querySelectorAll(arguments[0])).map(e => e.getAttribute(arguments[1]))"
@@ -746,7 +754,7 @@ def test_browser_live_counter_moves_while_commits_run(
     shown = until(d, version_shown, "the tree")
     assert shown == manager.scope("conversation:talk").version
     # the scope open in the pane beside the tree
-    d.find_element(By.CSS_SELECTOR, '#tree .scope-row[data-ref="conversation:talk"] a.scope-link').click()
+    click(d, '#tree .scope-row[data-ref="conversation:talk"] a.scope-link', "the conversation in the tree")
     until(d, lambda d: pane_version(d) == shown, "the scope pane")
     talk = manager.get_conversation_state("talk")
     stop = threading.Event()
@@ -794,16 +802,17 @@ def test_browser_live_counter_moves_while_commits_run(
     assert store is not None
     ours = [v for v in store.log_versions(talk.ref) if store.commit_record(talk.ref, v).run_id == run.id]
     assert len(ours) == 2  # the write, then its rollback
-    d.find_element(
-        By.CSS_SELECTOR,
+    click(
+        d,
         f'#runs-finished tr.run-row[data-run="{run.id}"] a.run-scope[data-ref="conversation:talk"]',
-    ).click()
+        "the run's scope link",
+    )
     wanted = [str(v) for v in reversed(ours)]
     until(d, lambda d: rows(d, "#history tr.commit", "data-version") == wanted, "the run's commits")
     assert texts(d, "#history tr.commit .kind") == ["rollback", "batch"]
     assert texts(d, "#history tr.commit .run") == [run.id, run.id]
     assert run.id in d.find_element(By.ID, "history-count").text
-    d.find_element(By.CSS_SELECTOR, "#history-count a.all-commits").click()
+    click(d, "#history-count a.all-commits", "every commit")
     until(d, lambda d: len(rows(d, "#history tr.commit", "data-version")) > 2, "every commit again")
 
 
@@ -850,8 +859,13 @@ def test_browser_live_panel_keeps_the_tree_in_view_after_many_runs(
         height = d.find_element(By.ID, "live").size["height"]
         assert top < top_before + 400 and top < 700, (top_before, top)
         assert height < 500, height
-        newest = d.find_element(By.CSS_SELECTOR, "#runs-finished tr.run-row")  # newest first, in view
-        assert newest.is_displayed() and newest.get_attribute("data-run").startswith("sess-54:")
+        # newest first, in view (the live panel re-renders its tables: read the row afresh each poll)
+        until(
+            d,
+            lambda d: (e := d.find_element(By.CSS_SELECTOR, "#runs-finished tr.run-row")).is_displayed()
+            and e.get_attribute("data-run").startswith("sess-54:"),
+            "the newest run in view",
+        )
         shots(d, "inspector-live-many-runs.png")
 
 

@@ -32,6 +32,7 @@ __all__ = ["FIGURES", "Figure", "draw"]
 Json = dict[str, Any]
 Series = tuple[str, str, str, str, list[tuple[int, float]]]  # label, colour, marker, line style, points
 OURS, OURS_LIGHT, PEER, PEER_2, FLOOR = "#1f5fa8", "#8fb3de", "#c0504d", "#e5a15a", "#7f7f7f"
+PEER_3 = "#8064a2"
 
 
 @dataclass(frozen=True)
@@ -176,7 +177,12 @@ def _disk_data(doc: Json) -> list[Series] | None:
     return series if len(series) >= 2 else None
 
 
-_SAVERS = (("victor_actors", "ours", OURS), ("sqlite", "SqliteSaver", PEER), ("lmdb", "LMDBSaver", PEER_2))
+_SAVERS = (
+    ("victor_actors", "ours", OURS),
+    ("sqlite", "SqliteSaver", PEER),
+    ("lmdb", "LMDBSaver", PEER_2),
+    ("postgres", "Postgres\nSaver", PEER_3),
+)
 
 
 def _langgraph_data(doc: Json) -> list[tuple[str, str, list[tuple[str, str, float]]]] | None:
@@ -211,7 +217,7 @@ def _langgraph_data(doc: Json) -> list[tuple[str, str, list[tuple[str, str, floa
         if title.startswith("50 graphs"):
             floor = mean((results.get("memory") or {}).get("concurrent_s"))
             if floor is not None:
-                bars.append(("InMemorySaver\n(no disk)", FLOOR, floor))
+                bars.append(("InMemory\nSaver\n(no disk)", FLOOR, floor))
         if len(bars) >= 2:
             panels.append((title, better, bars))
     return panels or None

@@ -65,7 +65,8 @@ BENCHMARKS: dict[str, Bench] = {
         ),
         Bench(
             "langgraph",
-            "LangGraph checkpointers side by side (ours, SqliteSaver, LMDBSaver): put, get_tuple, graph "
+            "LangGraph checkpointers side by side (ours, SqliteSaver, LMDBSaver, PostgresSaver when a local "
+            "PostgreSQL can be started): put, get_tuple, graph "
             "runs, 50 concurrent graphs, one 2,000-step thread",
             needs=("langgraph", "langgraph.checkpoint.sqlite", "langgraph_checkpoint_lmdb"),
         ),

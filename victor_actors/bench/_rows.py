@@ -113,6 +113,8 @@ def _lg(key: str, base: str = "sqlite") -> Callable[[Json], tuple[float, float, 
     """A LangGraph-saver row: ours against ``base`` (a saver, or ``raw_lmdb``) on one measure."""
 
     def pick(res: Json, subject: str) -> float:
+        if subject not in res:
+            raise KeyError(f"{subject} was not measured in this run (see the benchmark's 'skipped')")
         value = res[subject][key]
         if isinstance(value, list):  # timed runs, one per round: their mean
             return sum(value) / len(value)
@@ -435,6 +437,14 @@ ROWS: tuple[RowSpec, ...] = (
        _lg("concurrent_s")),
     _R("lg_long_disk", "langgraph", "bytes on disk after one 2,000-step thread, ours / SqliteSaver", "B",
        "lower", _lg("long_disk")),
+    _R("lg_put_pg", "langgraph", "LangGraph put/s, ours / PostgresSaver (a local PostgreSQL)", "ops/s",
+       "higher", _lg("put_per_s", "postgres")),
+    _R("lg_get_pg", "langgraph", "LangGraph get_tuple/s, ours / PostgresSaver", "ops/s", "higher",
+       _lg("get_tuple_per_s", "postgres")),
+    _R("lg_graph_pg", "langgraph", "200-step graph run time, ours / PostgresSaver", "s", "lower",
+       _lg("graph_s", "postgres")),
+    _R("lg_concurrent_pg", "langgraph", "50 graphs on 50 threads, wall time, ours / PostgresSaver", "s",
+       "lower", _lg("concurrent_s", "postgres")),
     _R("groupcommit_one", "groupcommit", "1 scope, 1,000 aapply in flight: sync / in memory", "ops/s",
        "higher", _groupcommit("one_sync", "one_mem")),
     _R("groupcommit_many", "groupcommit", "100 scopes, 10,000 aapply in flight: sync / in memory", "ops/s",

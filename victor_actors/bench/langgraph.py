@@ -1,4 +1,4 @@
-"""LangGraph checkpointers side by side: victor_actors' VictorActorsSaver, SqliteSaver, LMDBSaver.
+"""LangGraph checkpointers side by side: VictorActorsSaver, SqliteSaver, LMDBSaver, PostgresSaver.
 
     python -m victor_actors.bench.langgraph [--quick] [--rounds N] [--json FILE] [--dir DIR]
 
@@ -7,7 +7,12 @@ langgraph-checkpoint-lmdb). Three savers, each on its own files, all durable on 
 
 - ours: ``VictorActorsSaver.open(dir)`` (LMDB, durability "sync": fdatasync per commit, group commit);
 - SqliteSaver on a file (its setup sets WAL; ``PRAGMA synchronous`` is printed);
-- langgraph-checkpoint-lmdb's ``LMDBSaver`` (``lmdb.open(dir, max_dbs=10)``, LMDB's default sync);
+- langgraph-checkpoint-lmdb's ``LMDBSaver`` (``lmdb.open(dir, max_dbs=10)``, LMDB's default sync), when
+  installed;
+- langgraph-checkpoint-postgres's ``PostgresSaver`` on a pool of 10 connections to a private PostgreSQL
+  the benchmark starts and stops (``initdb`` and ``pg_ctl`` on the PATH, a Unix socket, ``fsync=on``,
+  ``synchronous_commit=on``: a commit returns once its WAL is flushed; run as root, the server runs as
+  the ``postgres`` user), when the package, psycopg and a server are there;
 - and, for put/s only, a bare synced LMDB transaction (``lmdb.open(dir, sync=True)``, one put of the
   serialized checkpoint's bytes per transaction): the floor of a durable put on this disk.
 
@@ -32,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import importlib
 import itertools
 import json
 import os
@@ -61,6 +67,8 @@ PACKAGES = (
     "langgraph-checkpoint",
     "langgraph-checkpoint-sqlite",
     "langgraph-checkpoint-lmdb",
+    "langgraph-checkpoint-postgres",
+    "psycopg",
     "lmdb",
 )
 IDS = itertools.count()
@@ -74,14 +82,23 @@ def lg() -> SimpleNamespace:
         "langgraph.checkpoint.memory",
         "langgraph.checkpoint.sqlite",
         "langgraph.graph",
-        "langgraph_checkpoint_lmdb",
         "victor_actors.langgraph",
     )
     if isinstance(modules, str):
         raise SystemExit(f"victor_actors.bench.langgraph: {modules}")
-    base, memory, sqlite, graph, lmdb_saver, ours = modules
+    base, memory, sqlite, graph, ours = modules
+    optional = {}  # peers measured when installed, named as skipped otherwise
+    for name in ("langgraph_checkpoint_lmdb", "langgraph.checkpoint.postgres"):
+        found = peer_modules(name)
+        optional[name] = found if isinstance(found, str) else found[0]
     return SimpleNamespace(
-        base=base, memory=memory, sqlite=sqlite, graph=graph, lmdb_saver=lmdb_saver, ours=ours
+        base=base,
+        memory=memory,
+        sqlite=sqlite,
+        graph=graph,
+        ours=ours,
+        lmdb_saver=optional["langgraph_checkpoint_lmdb"],
+        postgres=optional["langgraph.checkpoint.postgres"],
     )
 
 
@@ -158,12 +175,132 @@ class Lmdb(Subject):
         self.env.close()
 
 
-SUBJECTS: list[type[Subject]] = [Ours, Sqlite, Lmdb]
+class PostgresServer:
+    """A private PostgreSQL the benchmark starts (``initdb``, ``pg_ctl``) on a Unix socket, and stops.
+
+    Durable as its defaults make it: ``fsync=on`` and ``synchronous_commit=on``
+    (a commit returns once its WAL is flushed), what production users run.
+    Run as root, the server runs as the ``postgres`` user (``runuser``), as
+    PostgreSQL refuses root.
+    """
+
+    def __init__(self, root: str) -> None:
+        self.bindir = _pg_bindir()
+        if self.bindir is None:
+            raise OSError("no PostgreSQL server here (initdb and pg_ctl not found)")
+        self.dir = os.path.join(root, "postgres")
+        self.data, self.sock = os.path.join(self.dir, "data"), os.path.join(self.dir, "sock")
+        os.makedirs(self.sock)
+        self.prefix: list[str] = []
+        if os.geteuid() == 0:
+            import pwd
+
+            user = pwd.getpwnam("postgres")  # KeyError: no such user, no server
+            for path in (root, self.dir, self.sock):
+                os.chmod(path, 0o755)
+            os.chown(self.dir, user.pw_uid, user.pw_gid)
+            os.chown(self.sock, user.pw_uid, user.pw_gid)
+            self.prefix = ["runuser", "-u", "postgres", "--"]
+        self._run("initdb", "-D", self.data, "-A", "trust", "-U", "postgres", "--no-sync", "-E", "UTF8")
+        opts = f"-c listen_addresses='' -c unix_socket_directories={self.sock}"
+        opts += " -c fsync=on -c synchronous_commit=on"
+        self._run("pg_ctl", "-D", self.data, "-o", opts, "-w", "-l", os.path.join(self.dir, "log"), "start")
+        self.conninfo = f"host={self.sock} user=postgres dbname=postgres"
+        self.started = True
+
+    def _run(self, tool: str, *args: str) -> None:
+        import subprocess
+
+        assert self.bindir is not None
+        subprocess.run(
+            [*self.prefix, os.path.join(self.bindir, tool), *args], check=True, capture_output=True
+        )
+
+    def database(self, name: str) -> str:
+        psycopg = importlib.import_module("psycopg")  # the bench's optional peer: imported by name
+        with psycopg.connect(self.conninfo, autocommit=True) as conn:
+            conn.execute(f'CREATE DATABASE "{name}"')
+        return f"host={self.sock} user=postgres dbname={name}"
+
+    def stop(self) -> None:
+        if self.started:
+            self.started = False
+            self._run("pg_ctl", "-D", self.data, "-m", "fast", "-w", "stop")
+
+
+def _pg_bindir() -> str | None:
+    """Where ``initdb`` and ``pg_ctl`` are: the PATH, else Debian's ``/usr/lib/postgresql/N/bin``."""
+    found = shutil.which("pg_ctl")
+    if found and shutil.which("initdb"):
+        return os.path.dirname(os.path.realpath(found))
+    debian = "/usr/lib/postgresql"
+    versions = (
+        sorted(os.listdir(debian), key=lambda v: int(v) if v.isdigit() else -1)
+        if os.path.isdir(debian)
+        else []
+    )
+    for version in reversed(versions):
+        bindir = os.path.join(debian, version, "bin")
+        if all(os.access(os.path.join(bindir, tool), os.X_OK) for tool in ("initdb", "pg_ctl")):
+            return bindir
+    return None
+
+
+class Postgres(Subject):
+    """LangGraph's PostgresSaver on a connection pool (10 connections), one database per subject."""
+
+    name = "postgres"
+    server: PostgresServer | None = None
+
+    def open(self) -> Any:
+        dict_row = importlib.import_module("psycopg.rows").dict_row
+        pool_class = importlib.import_module("psycopg_pool").ConnectionPool
+        assert Postgres.server is not None
+        self.db = os.path.basename(self.path).replace("-", "_")
+        conninfo = Postgres.server.database(self.db)
+        kwargs = {"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row}
+        self.pool = pool_class(conninfo, min_size=1, max_size=10, kwargs=kwargs, open=True)
+        saver = lg().postgres.PostgresSaver(self.pool)
+        saver.setup()
+        return saver
+
+    def close(self) -> None:
+        with self.pool.connection() as conn:
+            self.size = int(conn.execute("SELECT pg_database_size(current_database()) AS n").fetchone()["n"])
+        self.pool.close()
+
+    def disk(self) -> dict[str, int]:
+        return {"size": self.size, "allocated": self.size}
+
+
+SUBJECTS: list[type[Subject]] = [Ours, Sqlite, Lmdb, Postgres]
 LABELS = {
     "victor_actors": "VictorActorsSaver (victor_actors)",
     "sqlite": "SqliteSaver",
     "lmdb": "LMDBSaver (langgraph-checkpoint-lmdb)",
+    "postgres": "PostgresSaver (local PostgreSQL)",
 }
+
+
+def subjects(root: str) -> tuple[list[type[Subject]], dict[str, str]]:
+    """The savers measurable here, and why each other one is not (a missing package, no server)."""
+    out: list[type[Subject]] = [Ours, Sqlite]
+    skipped: dict[str, str] = {}
+    if isinstance(lg().lmdb_saver, str):
+        skipped["lmdb"] = lg().lmdb_saver
+    else:
+        out.append(Lmdb)
+    if isinstance(lg().postgres, str):
+        skipped["postgres"] = lg().postgres
+    else:
+        try:
+            Postgres.server = PostgresServer(root)
+            out.append(Postgres)
+        except (OSError, KeyError, ImportError) as exc:
+            skipped["postgres"] = f"no local PostgreSQL could be started ({exc})"
+        except Exception as exc:  # subprocess.CalledProcessError: initdb or pg_ctl failed
+            skipped["postgres"] = f"no local PostgreSQL could be started ({exc})"
+    return out, skipped
 
 
 @dataclass
@@ -322,6 +459,27 @@ def main() -> int:
         (8, 10, 200) if args.quick else (args.graphs, args.graph_steps, args.long)
     )
     root = tempfile.mkdtemp(prefix="bench-langgraph-", dir=args.dir)
+    try:
+        return _run(args, root, rounds, puts, gets, graphs, graph_steps, long_steps)
+    finally:
+        if Postgres.server is not None:
+            Postgres.server.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _run(
+    args: argparse.Namespace,
+    root: str,
+    rounds: int,
+    puts: int,
+    gets: int,
+    graphs: int,
+    graph_steps: int,
+    long_steps: int,
+) -> int:
+    SUBJECTS, skipped = subjects(root)  # the module's list, narrowed to what runs here
+    for name, why in skipped.items():
+        print(f"{LABELS[name]}: skipped, {why}")
     put = {s.name: Acc() for s in SUBJECTS}
     get = {s.name: Acc() for s in SUBJECTS}
     graph = {s.name: Acc() for s in SUBJECTS}
@@ -379,7 +537,9 @@ def main() -> int:
             probe.execute("PRAGMA journal_mode=WAL")
             sync_pragma = probe.execute("PRAGMA synchronous").fetchone()[0]
     finally:
-        shutil.rmtree(root, ignore_errors=True)
+        for name in os.listdir(root):
+            if name != "postgres":
+                shutil.rmtree(os.path.join(root, name), ignore_errors=True)
 
     print(
         f"\nLangGraph checkpointers, {rounds} interleaved round(s); put: {puts} checkpoints per round "
@@ -424,7 +584,7 @@ def main() -> int:
     )
     o = results["victor_actors"]
     print(f"  vs a bare synced LMDB transaction        put {o['put_per_s'] / raw.rate:.2f}x")
-    for other in ("sqlite", "lmdb"):
+    for other in [kind.name for kind in SUBJECTS if kind is not Ours]:
         t = results[other]
         put_x, get_x = o["put_per_s"] / t["put_per_s"], o["get_tuple_per_s"] / t["get_tuple_per_s"]
         disk_x, graph_x = o["disk"]["size"] / t["disk"]["size"], sum(o["graph_s"]) / sum(t["graph_s"])
@@ -442,7 +602,7 @@ def main() -> int:
             "machine": platform.platform(),
             "versions": {p: version_of(p) for p in PACKAGES},
             "rounds": rounds, "puts": puts, "gets": gets, "steps": STEPS, "sqlite_synchronous": sync_pragma,
-            "graphs": graphs, "graph_steps": graph_steps, "long_steps": long_steps,
+            "graphs": graphs, "graph_steps": graph_steps, "long_steps": long_steps, "skipped": skipped,
         }  # fmt: skip
         with open(args.json, "w") as f:
             json.dump({"meta": meta, "results": results}, f, indent=2)

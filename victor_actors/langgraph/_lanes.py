@@ -108,7 +108,7 @@ class Job:
     A ``WHOLE`` job has no ``build``: its leader calls ``run()``, alone.
     """
 
-    __slots__ = ("_event", "_future", "_loop", "build", "cid", "error", "kind", "run", "state")
+    __slots__ = ("_event", "_future", "_loop", "build", "cid", "error", "kind", "parent", "run", "state")
 
     def __init__(
         self,
@@ -116,9 +116,11 @@ class Job:
         cid: str,
         build: Callable[[View], list[StateTransition] | None] | None = None,
         run: Callable[[], None] | None = None,
+        parent: str | None = None,
     ) -> None:
         self.kind = kind  # "put", "writes", "copy" or WHOLE
         self.cid = cid
+        self.parent = parent  # a put's parent checkpoint id
         self.build = build
         self.run = run
         self.error: BaseException | None = None
@@ -153,15 +155,20 @@ class Lane:
         self.segments: list[Any] | None = None  # the namespace's segment handles, known to the leader
 
     def enter(self, job: Job, loop: asyncio.AbstractEventLoop | None = None) -> bool:
-        """Queue ``job``; True if its caller leads now (the lane was idle)."""
-        if loop is None:
-            job._event = threading.Event()
-        else:
-            job._loop, job._future = loop, loop.create_future()
+        """Queue ``job``; True if its caller leads now (the lane was idle).
+
+        A job that waits gets its event (or future) here, under the lock, so
+        no wake can come before it; a leader's job is never woken and needs
+        none (most jobs of a sequential caller).
+        """
         with self.lock:
             self.queue.append(job)
             self.arrived.notify_all()
             if self.busy:
+                if loop is None:
+                    job._event = threading.Event()
+                else:
+                    job._loop, job._future = loop, loop.create_future()
                 return False
             self.busy = True
             job.state = LEAD

@@ -8,13 +8,19 @@ newest segment; once it holds ``segment_keys`` keys, the next new checkpoint
 opens the next segment, and the full one is never written again (see
 docs/adr/0019). The team lists its namespaces: ``ns/<namespace>`` is
 ``True`` for one segment (the layout before segments) or the number of
-segments. Each segment's key-value state holds, as plain storable values:
+segments; ``deleted`` is the thread's tombstone (the cut-off id of its last
+``delete_thread``, docs/adr/0029) and ``touched`` the time of its last read a
+TTL sweep wrote down. Each segment's key-value state holds, as plain storable
+values:
 
 =========================  ==================================================
 ``latest``                 the newest checkpoint id when this segment was the
                            newest (the newest segment's is the namespace's)
-``c/<checkpoint id>``      ``{"c": checkpoint without values, "m": metadata,
-                           "p": parent id, "r": run id, "v": channel versions}``
+``c/<checkpoint id>``      ``{"c": checkpoint without values (plain msgpack
+                           bytes, or the serializer's pair), "m": metadata,
+                           "p": parent id, "r": run id, "v": channel versions,
+                           "d": DeltaChannel names the metadata counts,
+                           "t": the time it was put}``
 ``b/<channel>/<version>``  one channel value, written once per version
 ``compacted``              how often the store copy was compacted (bookkeeping)
 ``wt/<checkpoint id>``     the task ids with pending writes for a checkpoint
@@ -50,21 +56,28 @@ from victor_actors import (
     TransitionType,
     TransitionValidationError,
 )
+from victor_actors.lowlevel import FrozenDict
 
 __all__ = [
     "COMPACTED",
+    "DELETED",
     "LATEST",
     "NS_PREFIX",
+    "TOUCHED",
     "blob_key",
+    "channel_of_blob",
     "check_names",
     "check_text",
     "checkpoint_ids",
+    "checkpoint_of",
     "conv_id",
     "delete",
     "drop_checkpoints",
     "empty",
     "keep_only",
     "pack",
+    "plain",
+    "populated",
     "record_key",
     "record_of",
     "segment_count",
@@ -75,10 +88,13 @@ __all__ = [
     "untyped",
     "update",
     "write_key",
+    "write_rows",
     "write_tasks_key",
 ]
 
 LATEST = "latest"
+DELETED = "deleted"  # a thread's tombstone, in its team: the cut-off id of its last deletion
+TOUCHED = "touched"  # in a thread's team: the time of its last read a TTL sweep wrote down
 COMPACTED = "compacted"  # a segment's bookkeeping counter (see Segments.compact); no checkpoint data
 NS_PREFIX = "ns/"
 TEAM_PREFIX = "lg:"
@@ -107,6 +123,8 @@ def check_text(text: str, what: str, field: str) -> str:
     Raises:
         TransitionValidationError: a lone surrogate; names ``what`` and where.
     """
+    if text.isascii():
+        return text
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as exc:
@@ -177,6 +195,13 @@ def blob_key(channel: str, version: Any) -> str:
     return f"b/{_esc(channel)}/{_esc(str(version))}"
 
 
+def channel_of_blob(key: str) -> str | None:
+    """The channel of a ``b/<channel>/<version>`` key, or None for another key."""
+    if not key.startswith("b/"):
+        return None
+    return _unesc(key[2:].split("/", 1)[0])
+
+
 def write_tasks_key(checkpoint_id: str) -> str:
     return "wt/" + _esc(checkpoint_id)
 
@@ -197,6 +222,39 @@ def pack(record: Mapping[str, Any]) -> bytes:
         raise TransitionValidationError(
             f"a LangGraph checkpoint record cannot be encoded ({exc}); nothing was written"
         ) from None
+
+
+# Anything but str, int, float, bool, None, bytes, and lists and str-keyed mappings of them is refused.
+_PLAIN_ONLY = (
+    ormsgpack.OPT_PASSTHROUGH_BIG_INT
+    | ormsgpack.OPT_PASSTHROUGH_DATACLASS
+    | ormsgpack.OPT_PASSTHROUGH_DATETIME
+    | ormsgpack.OPT_PASSTHROUGH_ENUM
+    | ormsgpack.OPT_PASSTHROUGH_SUBCLASS
+    | ormsgpack.OPT_PASSTHROUGH_TUPLE
+    | ormsgpack.OPT_PASSTHROUGH_UUID
+)
+
+
+def plain(value: Any) -> bytes | None:
+    """``value`` as msgpack bytes if it is plain data (it reads back equal), else None.
+
+    For a checkpoint's own fields (id, timestamps, versions seen): stored as
+    they are, without the serializer's typed pair (whose checks they do not
+    need); anything else (a tuple, a datetime, a class) goes to the
+    serializer.
+    """
+    try:
+        return bytes(ormsgpack.packb(value, option=_PLAIN_ONLY))
+    except (TypeError, ValueError):
+        return None
+
+
+def checkpoint_of(stored: Any) -> Any:
+    """A record's ``c`` field, if it was stored as plain msgpack bytes (see :func:`plain`); else None."""
+    if stored.__class__ is bytes:
+        return ormsgpack.unpackb(stored)
+    return None
 
 
 def record_of(value: Any) -> Mapping[str, Any]:
@@ -239,11 +297,61 @@ def untyped(value: Any) -> tuple[str, bytes]:
     raise CheckpointCorruptError("a LangGraph channel value is in no known form")
 
 
+def populated(state: Mapping[str, Any], channel: str, version: Any) -> bool:
+    """Whether a segment stores a value (not the ``empty`` marker) for a channel at a version."""
+    blob = state.get(blob_key(channel, version))
+    return blob is not None and untyped(blob)[0] != "empty"
+
+
+def write_rows(state: Mapping[str, Any], checkpoint_id: str) -> list[tuple[str, str, int, str, str, bytes]]:
+    """A checkpoint's pending writes as ``(task path, task id, idx, channel, type, bytes)`` rows.
+
+    In LangGraph's ``writes_sort_key`` order, (task path, task id, idx): the
+    order a super-step applies its tasks' writes in.
+    """
+    rows = []
+    for task_id in state.get(write_tasks_key(checkpoint_id)) or ():
+        stored = state.get(write_key(checkpoint_id, task_id))
+        if stored is not None:
+            entry = record_of(stored)
+            path = entry["p"]
+            for idx, channel, type_, data in entry["w"]:
+                rows.append((path, task_id, idx, channel, type_, data))
+    rows.sort(key=lambda row: row[:3])
+    return rows
+
+
+# Values a transition holds as they are (already immutable and storable); ASCII text needs no UTF-8 check.
+_PLAIN = frozenset({bytes, float, bool, type(None)})
+_NO_META = StateTransition(TransitionType.DELETE_STATE, {"key": "-"}).metadata
+
+
+def _trusted(ttype: TransitionType, data: dict[str, Any]) -> StateTransition:
+    """A transition built as the core builds a valid one, without checking again what the caller checked.
+
+    Only for an ASCII ``key`` and a value of a plain immutable type: what the
+    core's validation would accept unchanged (``tests/test_langgraph_layout.py``
+    checks that both build equal transitions). It is most of a put's own CPU
+    otherwise: a put builds four.
+    """
+    transition = StateTransition.__new__(StateTransition)
+    transition.__attrs_init__(ttype, FrozenDict._wrap(data, 1), _NO_META)
+    return transition
+
+
 def update(key: str, value: Any) -> StateTransition:
+    if (
+        key.__class__ is str
+        and key.isascii()
+        and (value.__class__ in _PLAIN or (value.__class__ is str and value.isascii()))
+    ):
+        return _trusted(TransitionType.UPDATE_STATE, {"key": key, "value": value})
     return StateTransition(TransitionType.UPDATE_STATE, {"key": key, "value": value})
 
 
 def delete(key: str) -> StateTransition:
+    if key.__class__ is str and key.isascii() and key:
+        return _trusted(TransitionType.DELETE_STATE, {"key": key})
     return StateTransition(TransitionType.DELETE_STATE, {"key": key})
 
 
@@ -291,15 +399,18 @@ def drop_checkpoints(
     return out
 
 
-def keep_only(state: Mapping[str, Any], cid: str | None, *, keep_latest_key: bool) -> list[StateTransition]:
-    """Delete everything of a segment but checkpoint ``cid`` (if it holds it), its writes and values.
+def keep_only(
+    state: Mapping[str, Any], cids: Collection[str], *, keep_latest_key: bool
+) -> list[StateTransition]:
+    """Delete everything of a segment but the checkpoints ``cids`` it holds, their writes and values.
 
     ``latest`` stays with ``keep_latest_key``.
     """
     keep = {LATEST} if keep_latest_key else set()
-    record = state.get(record_key(cid)) if cid is not None else None
-    if record is not None and cid is not None:
-        keep |= {record_key(cid), *_writes_keys(state, cid), *_blobs_of(record)}
+    for cid in cids:
+        record = state.get(record_key(cid))
+        if record is not None:
+            keep |= {record_key(cid), *_writes_keys(state, cid), *_blobs_of(record)}
     return [delete(key) for key in state if key not in keep]
 
 

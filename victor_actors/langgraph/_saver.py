@@ -7,7 +7,8 @@ import builtins
 import logging
 import os
 import random
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
+import time
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, cast
 
 from langchain_core.runnables import RunnableConfig  # type: ignore[import-not-found, unused-ignore]
@@ -18,6 +19,7 @@ from langgraph.checkpoint.base import (  # type: ignore[import-not-found, unused
     Checkpoint,
     CheckpointMetadata,
     CheckpointTuple,
+    DeltaChannelHistory,
     PendingWrite,
     get_checkpoint_id,
     get_checkpoint_metadata,
@@ -25,21 +27,19 @@ from langgraph.checkpoint.base import (  # type: ignore[import-not-found, unused
 from langgraph.checkpoint.serde.base import SerializerProtocol  # type: ignore[import-not-found, unused-ignore]
 
 from victor_actors import (
-    ContextSnapshot,
     GlobalStateManager,
-    ScopeAccessError,
-    ScopeHandle,
-    ScopeRef,
-    StateScope,
     StateTransition,
     TransitionValidationError,
     VictorActorsError,
 )
+from victor_actors.langgraph import _delta
 from victor_actors.langgraph import _layout as L
 from victor_actors.langgraph._lanes import Job, View
-from victor_actors.langgraph._segments import Segments
+from victor_actors.langgraph._retention import Activity, Retention, check_ttl
+from victor_actors.langgraph._segments import Handle, Manager, Segments
 from victor_actors.langgraph._serde import DisallowedTypeError, StrictSerializer
-from victor_actors.langgraph._writes import Writer, latest_of
+from victor_actors.langgraph._threadops import ThreadOps
+from victor_actors.langgraph._writes import Writer
 from victor_actors.lowlevel import MapView, StepGen, adrive, drive
 
 __all__ = ["VictorActorsSaver"]
@@ -51,7 +51,7 @@ EMPTY = L.typed("empty", b"")  # a channel announced without a value
 SEGMENT_KEYS = 512
 # How long a round of put_writes alone waits for the step's put to share its commit (seconds).
 WRITES_LINGER = 0.0005
-Target = tuple[str, str, "builtins.list[ScopeHandle]", "str | None"]
+Target = tuple[str, str, "builtins.list[Handle]", "str | None"]
 
 
 def _conf(config: RunnableConfig) -> tuple[str, str, str | None]:
@@ -126,7 +126,7 @@ class VictorActorsSaver(BaseCheckpointSaver[str]):  # type: ignore[misc, unused-
 
     def __init__(
         self,
-        manager: GlobalStateManager,
+        manager: Manager,
         *,
         serde: SerializerProtocol | None = None,
         allowed_types: Iterable[tuple[str, ...] | type] = (),
@@ -134,6 +134,8 @@ class VictorActorsSaver(BaseCheckpointSaver[str]):  # type: ignore[misc, unused-
         close_manager: bool = False,
         segment_keys: int = SEGMENT_KEYS,
         writes_linger: float = WRITES_LINGER,
+        ttl: Mapping[str, Any] | None = None,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         allowed = tuple(allowed_types)
         if serde is not None and allowed:
@@ -152,6 +154,16 @@ class VictorActorsSaver(BaseCheckpointSaver[str]):  # type: ignore[misc, unused-
         self._writer = Writer(
             self._segments, segment_keys=segment_keys, linger=self.writes_linger, timeout=timeout
         )
+        self._ops = ThreadOps(manager, self._segments, self._writer, self._loads, timeout)
+        self._names_ok: set[tuple[str, str]] = set()
+        self.ttl = check_ttl(ttl)
+        self._clock = clock
+        self._activity = Activity.of(manager)
+        self._refresh = self.ttl is not None and self.ttl["refresh_on_read"]
+        self._retention = Retention(
+            self.ttl or check_ttl({}) or {}, self._segments, self._ops, self._activity, clock, timeout
+        )
+        self._retention.start()
 
     @classmethod
     def open(
@@ -163,6 +175,8 @@ class VictorActorsSaver(BaseCheckpointSaver[str]):  # type: ignore[misc, unused-
         timeout: float | None = None,
         segment_keys: int = SEGMENT_KEYS,
         writes_linger: float = WRITES_LINGER,
+        ttl: Mapping[str, Any] | None = None,
+        clock: Callable[[], float] = time.time,
         **manager_options: Any,
     ) -> VictorActorsSaver:
         """Open an LMDB store at ``path`` (see ``GlobalStateManager.open``); :meth:`close` closes it."""
@@ -176,15 +190,29 @@ class VictorActorsSaver(BaseCheckpointSaver[str]):  # type: ignore[misc, unused-
                 close_manager=True,
                 segment_keys=segment_keys,
                 writes_linger=writes_linger,
+                ttl=ttl,
+                clock=clock,
             )
         except BaseException:
             manager.close()
             raise
 
     def close(self) -> None:
-        """Close the manager if this saver opened it. Idempotent."""
+        """Stop the TTL sweeper; close the manager if this saver opened it. Idempotent."""
+        self._retention.stop()
         if self._close_manager:
             self.manager.close()
+
+    def sweep(self) -> int:
+        """Expire the threads idle for ``ttl["default_ttl"]`` minutes now; the number expired.
+
+        What the background sweeper does every ``sweep_interval_minutes``
+        (see ``docs/langgraph.md``); 0 without a ``default_ttl``.
+        """
+        return self._retention.sweep()
+
+    async def asweep(self) -> int:
+        return await asyncio.to_thread(self.sweep)
 
     def __enter__(self) -> VictorActorsSaver:
         return self
@@ -201,34 +229,10 @@ class VictorActorsSaver(BaseCheckpointSaver[str]):  # type: ignore[misc, unused-
     # -- namespaces and threads ------------------------------------------------------
 
     def _listed(self, thread_id: str) -> builtins.list[str]:
-        """Every namespace the thread's team lists, openable or not."""
-        try:
-            team = self.manager.scope(ScopeRef(StateScope.TEAM, L.team_id(thread_id)))
-        except (ScopeAccessError, TransitionValidationError):
-            return []
-        prefix = L.NS_PREFIX
-        return sorted(key[len(prefix) :] for key in team.snapshot().state if key.startswith(prefix))
+        return self._segments.listed(thread_id)
 
     def _namespaces(self, thread_id: str) -> builtins.list[str]:
-        """The namespaces of a thread that can hold checkpoints.
-
-        A namespace an older saver listed before finding its scope id too long
-        (or not storable) never got a scope, so it holds nothing: it is skipped,
-        with a warning, so that it cannot break reads and deletes of the
-        thread (``delete_thread`` also unlists it).
-        """
-        out = []
-        for ns in self._listed(thread_id):
-            if self._segments.openable(thread_id, ns):
-                out.append(ns)
-            else:
-                logger.warning(
-                    "LangGraph thread %r lists namespace %r, whose scope id cannot exist: skipped (it holds "
-                    "nothing)",
-                    thread_id[:60],
-                    ns[:60],
-                )
-        return out
+        return self._segments.namespaces(thread_id)
 
     def _threads(self) -> builtins.list[str]:
         return self._segments.threads()
@@ -240,6 +244,7 @@ class VictorActorsSaver(BaseCheckpointSaver[str]):  # type: ignore[misc, unused-
         else:
             conf = config.get("configurable") or {}
             thread, _ns, only_id = _conf(config)
+            self._was_read(thread)
             threads = [thread]
             only_ns = None if conf.get("checkpoint_ns") is None else str(conf["checkpoint_ns"])
         out = []
@@ -249,6 +254,12 @@ class VictorActorsSaver(BaseCheckpointSaver[str]):  # type: ignore[misc, unused-
                 if segments:
                     out.append((thread, ns, segments, only_id))
         return out
+
+    def _check_names(self, thread_id: str, ns: str) -> None:
+        """``L.check_names``, once per thread and namespace this saver wrote (a put checks it every time)."""
+        if (thread_id, ns) not in self._names_ok:
+            L.check_names(thread_id, ns)
+            self._names_ok.add((thread_id, ns))
 
     # -- put ---------------------------------------------------------------------
 
@@ -261,12 +272,14 @@ class VictorActorsSaver(BaseCheckpointSaver[str]):  # type: ignore[misc, unused-
     ) -> StepGen[RunnableConfig]:
         """:meth:`put` and :meth:`aput`, once."""
         thread_id, ns, parent = _conf(config)
-        L.check_names(thread_id, ns)  # before the namespace is listed in its thread
+        self._check_names(thread_id, ns)  # before the namespace is listed in its thread
+        now = self._clock()
         cid = L.check_text(str(checkpoint["id"]), "the checkpoint id", "checkpoint_id")
         rest = cast(dict[str, Any], dict(checkpoint))
         values: dict[str, Any] = rest.pop("channel_values", None) or {}
         versions: dict[str, Any] = dict(rest.pop("channel_versions", None) or {})
         merged = cast(dict[str, Any], get_checkpoint_metadata(config, metadata))
+        counters = merged.get("counters_since_delta_snapshot")  # LangGraph's DeltaChannel names
         run_id = merged.get("run_id")
         if isinstance(run_id, str):
             run_id = L.check_text(str.__str__(run_id), "metadata run_id", "run_id")
@@ -275,11 +288,13 @@ class VictorActorsSaver(BaseCheckpointSaver[str]):  # type: ignore[misc, unused-
             for ch, ver in new_versions.items()
         ]
         record = {
-            "c": self._dumps(rest),
+            "c": L.plain(rest) or self._dumps(rest),
             "m": self._dumps(merged),
             "p": parent,
             "r": run_id if isinstance(run_id, str) else None,
             "v": versions,
+            "d": builtins.list(counters) if isinstance(counters, dict) and counters else None,
+            "t": now,
         }
         transitions.append(L.update(L.record_key(cid), L.pack(record)))
 
@@ -298,7 +313,8 @@ class VictorActorsSaver(BaseCheckpointSaver[str]):  # type: ignore[misc, unused-
                     out.append(L.update(L.LATEST, latest))
             return out
 
-        yield from self._writer.enqueue(thread_id, ns, Job("put", cid, build))
+        yield from self._writer.enqueue(thread_id, ns, Job("put", cid, build, parent=parent))
+        self._activity.wrote(thread_id, now)  # once acknowledged: a refused write is no activity
         return _config(thread_id, ns, cid)
 
     def put(
@@ -331,7 +347,7 @@ class VictorActorsSaver(BaseCheckpointSaver[str]):  # type: ignore[misc, unused-
         thread_id, ns, cid = _conf(config)
         if cid is None:
             raise ValueError("put_writes needs configurable.checkpoint_id")
-        L.check_names(thread_id, ns)
+        self._check_names(thread_id, ns)
         task_id = L.check_text(str(task_id), "the task id", "task_id")
         task_path = L.check_text(str(task_path), "the task path", "task_path")
         entries = []
@@ -365,6 +381,7 @@ class VictorActorsSaver(BaseCheckpointSaver[str]):  # type: ignore[misc, unused-
             return out
 
         yield from self._writer.enqueue(thread_id, ns, Job("writes", cid, build))
+        self._activity.wrote(thread_id, self._clock())
 
     def put_writes(
         self,
@@ -408,13 +425,20 @@ class VictorActorsSaver(BaseCheckpointSaver[str]):  # type: ignore[misc, unused-
                 return self._tuple(thread_id, ns, cid, state)
         return None
 
+    def _was_read(self, thread_id: str) -> None:
+        """With ``ttl["refresh_on_read"]``: a read of the thread is activity (in memory, no I/O)."""
+        if self._refresh:
+            self._activity.was_read(thread_id, self._clock())
+
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """The checkpoint named by ``config``, or the namespace's newest; None if there is none."""
         thread_id, ns, cid = _conf(config)
+        self._was_read(thread_id)
         return self._get(thread_id, ns, cid)
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         thread_id, ns, cid = _conf(config)
+        self._was_read(thread_id)
         if self._segments.known(thread_id, ns):
             return self._get(thread_id, ns, cid)  # every handle known: no I/O, nothing to wait for
         return await asyncio.to_thread(self._get, thread_id, ns, cid)
@@ -475,129 +499,66 @@ class VictorActorsSaver(BaseCheckpointSaver[str]):  # type: ignore[misc, unused-
         for item in self._iter(targets, filter, before, limit):
             yield item
 
-    # -- deletes, copies, pruning --------------------------------------------------
-
-    def _rewrite(
-        self,
-        thread_id: str,
-        plan: Callable[[builtins.list[MapView]], builtins.list[builtins.list[StateTransition]]],
-    ) -> None:
-        """For each namespace: ``plan`` (segment states, newest first) gives each segment's batch.
-
-        Runs in the namespace's lane, alone: a write of the namespace (from
-        any saver on the manager) queued before it is committed before it
-        reads anything, one queued after it waits until it returns. Each
-        segment that changed is committed, then compacted (through the
-        segment's actor), so what was deleted leaves the store too.
-        """
-        for ns in self._namespaces(thread_id):
-
-            def run(ns: str = ns) -> None:
-                segments = list(self._segments.newest_first(thread_id, ns))
-                for i, handle in enumerate(segments):
-
-                    def build(
-                        s: ContextSnapshot, i: int = i, segments: builtins.list[ScopeHandle] = segments
-                    ) -> builtins.list[StateTransition]:
-                        states = [s.state if j == i else h.snapshot().state for j, h in enumerate(segments)]
-                        return plan(states)[i]
-
-                    before = handle.version
-                    drive(self._writer.commit(handle, build))
-                    if handle.version != before:
-                        self._segments.compact(handle)
-
-            self._writer.whole(thread_id, ns, run)
+    # -- deletes, copies, pruning (see _threadops) --------------------------------
 
     def delete_thread(self, thread_id: str) -> None:
         """Delete every checkpoint, value and pending write of a thread, in all its namespaces.
 
-        Each segment of each namespace is emptied in one commit, and its
-        history is dropped from the store. The (now empty) scopes stay, as
-        runtime scopes do. A namespace listed by an older saver whose scope
-        could never be created (its id too long) is unlisted.
+        First a tombstone is written into the thread: from then on a late
+        ``put`` or ``put_writes`` naming a checkpoint made before the deletion
+        is refused with :class:`ThreadDeletedError` (a new run on the thread
+        id, starting from no checkpoint, is accepted). Then each segment of
+        each namespace is emptied in one commit, and its history is dropped
+        from the store. The (now empty) scopes stay, as runtime scopes do. A
+        namespace listed by an older saver whose scope could never be created
+        (its id too long) is unlisted.
 
         Raises:
             TransitionValidationError: a thread id UTF-8 cannot encode; nothing was deleted.
         """
         thread = L.check_text(str(thread_id), "the thread id", "thread_id")
-        self._rewrite(thread, lambda states: [L.empty(s) for s in states])
-        dead = [ns for ns in self._listed(thread) if not self._segments.openable(thread, ns)]
-        if dead:
-            team = self.manager.get_team_state(L.team_id(thread))
-            team.apply([L.delete(L.NS_PREFIX + ns) for ns in dead], timeout=self.timeout)
+        self._ops.delete_thread(thread)
+        self._activity.forget(thread)
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
         """Delete the checkpoints (with their writes) whose metadata names one of ``run_ids``.
 
-        Reads every thread: its cost grows with the store.
+        A checkpoint of a listed run that a remaining checkpoint rebuilds a
+        ``DeltaChannel`` through (its writes, or its stored value) is kept:
+        deleting it would make that channel start empty. Reads every
+        thread: its cost grows with the store.
         """
         runs = {str(r) for r in run_ids}
-        if not runs:
-            return
-
-        def plan(states: builtins.list[MapView]) -> builtins.list[builtins.list[StateTransition]]:
-            out = []
-            remaining: builtins.list[str] = []
-            dropped = False
-            for state in states:
-                ids = L.checkpoint_ids(state)
-                victims = {cid for cid in ids if L.record_of(state[L.record_key(cid)])["r"] in runs}
-                dropped = dropped or bool(victims)
-                remaining.extend(cid for cid in ids if cid not in victims)
-                out.append(L.drop_checkpoints(state, victims, keep_latest_key=True) if victims else [])
-            if dropped:  # the newest segment names the newest checkpoint left; older ones name none
-                newest = max(remaining, default=None)
-                out[0].append(L.update(L.LATEST, newest) if newest is not None else L.delete(L.LATEST))
-                for state, batch in zip(states[1:], out[1:], strict=True):
-                    if newest is None and L.LATEST in state:
-                        batch.append(L.delete(L.LATEST))
-            return out
-
-        for thread_id in self._threads():
-            self._rewrite(thread_id, plan)
+        if runs:
+            self._ops.delete_for_runs(runs)
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Copy every namespace of a thread (checkpoints, values, writes) to another thread.
 
         One commit per source segment, into the target namespace's newest
-        segment; a checkpoint the target already has is replaced.
+        segment; a checkpoint the target already has is replaced. Every
+        checkpoint is copied with its writes, so ``DeltaChannel`` values
+        rebuild in the copy as in the source.
         """
         source = L.check_text(str(source_thread_id), "the thread id", "thread_id")
         target = L.check_text(str(target_thread_id), "the thread id", "thread_id")
-        namespaces = self._namespaces(source)
-        for ns in namespaces:  # every target name checked before anything is copied
-            L.check_names(target, ns)
-        for ns in namespaces:
-            for handle in reversed(list(self._segments.newest_first(source, ns))):
-                items = {k: v for k, v in handle.snapshot().state.items() if k != L.COMPACTED}
-                if not items:
-                    continue
-
-                def build(view: View, items: dict[str, Any] = items) -> builtins.list[StateTransition]:
-                    out = [L.update(k, v) for k, v in items.items() if k != L.LATEST]
-                    ids = [c for c in (items.get(L.LATEST), view.get(L.LATEST, view.fallback_latest)) if c]
-                    if ids:
-                        out.append(L.update(L.LATEST, max(ids)))
-                    return out
-
-                drive(self._writer.enqueue(target, ns, Job("copy", "", build)))
+        self._ops.copy_thread(source, target)
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
-        """``"keep_latest"``: keep each namespace's newest checkpoint (with its writes); ``"delete"``: all."""
+        """``"keep_latest"``: keep each namespace's newest checkpoint (with its writes); ``"delete"``: all.
+
+        With ``keep_latest``, the ancestors the newest checkpoint rebuilds its
+        ``DeltaChannel`` values through (back to the nearest stored value of
+        each) are kept with it.
+        """
         if strategy not in ("keep_latest", "delete"):
             raise ValueError(f"unknown prune strategy {strategy!r}: use 'keep_latest' or 'delete'")
-
-        def plan(states: builtins.list[MapView]) -> builtins.list[builtins.list[StateTransition]]:
-            latest = latest_of(states)
-            return [L.keep_only(s, latest, keep_latest_key=i == 0) for i, s in enumerate(states)]
-
-        threads = [L.check_text(str(t), "the thread id", "thread_id") for t in thread_ids]
-        for thread_id in threads:
+        for thread_id in self._ops.threads(thread_ids):
             if strategy == "delete":
-                self.delete_thread(thread_id)
+                self._ops.delete_thread(thread_id)
+                self._activity.forget(thread_id)
             else:
-                self._rewrite(thread_id, plan)
+                self._ops.prune_keep_latest(thread_id)
 
     async def adelete_thread(self, thread_id: str) -> None:
         await asyncio.to_thread(self.delete_thread, thread_id)
@@ -610,6 +571,39 @@ class VictorActorsSaver(BaseCheckpointSaver[str]):  # type: ignore[misc, unused-
 
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         await asyncio.to_thread(self.prune, thread_ids, strategy=strategy)
+
+    # -- DeltaChannel --------------------------------------------------------------
+
+    def _history(self, thread_id: str, ns: str, cid: str | None, channels: Sequence[str]) -> Any:
+        states = [handle.snapshot().state for handle in self._segments.newest_first(thread_id, ns)]
+        return _delta.history(states, cid, channels, self._loads)
+
+    def get_delta_channel_history(
+        self, *, config: RunnableConfig, channels: Sequence[str]
+    ) -> Mapping[str, DeltaChannelHistory]:
+        """Per channel, the writes (oldest first) and seed LangGraph rebuilds a ``DeltaChannel`` from.
+
+        Read from the stored records directly, in one walk up the parent
+        chain for every channel: each ancestor's writes to the channels still
+        walking (in ``writes_sort_key`` order), until each channel meets the
+        nearest ancestor storing a value for it (its ``seed``, omitted if the
+        walk reaches the root). The target's own writes are not included. No
+        lock, no I/O beyond restoring the namespace's segments.
+        """
+        thread_id, ns, cid = _conf(config)
+        self._was_read(thread_id)
+        return cast("Mapping[str, DeltaChannelHistory]", self._history(thread_id, ns, cid, channels))
+
+    async def aget_delta_channel_history(
+        self, *, config: RunnableConfig, channels: Sequence[str]
+    ) -> Mapping[str, DeltaChannelHistory]:
+        thread_id, ns, cid = _conf(config)
+        self._was_read(thread_id)
+        if self._segments.known(thread_id, ns):  # every handle known: no I/O, nothing to wait for
+            found = self._history(thread_id, ns, cid, channels)
+        else:
+            found = await asyncio.to_thread(self._history, thread_id, ns, cid, channels)
+        return cast("Mapping[str, DeltaChannelHistory]", found)
 
     # -- serialization -----------------------------------------------------------
 
@@ -648,7 +642,9 @@ class VictorActorsSaver(BaseCheckpointSaver[str]):  # type: ignore[misc, unused-
         if stored is None:
             return None
         record = L.record_of(stored)
-        checkpoint = self._loads(record["c"])
+        checkpoint = L.checkpoint_of(record["c"])
+        if checkpoint is None:
+            checkpoint = self._loads(record["c"])
         versions = dict(record["v"])  # channel -> version: str, int or float, nothing to thaw
         values = {}
         for channel, version in versions.items():
@@ -669,16 +665,10 @@ class VictorActorsSaver(BaseCheckpointSaver[str]):  # type: ignore[misc, unused-
         )
 
     def _pending(self, state: MapView, cid: str) -> builtins.list[PendingWrite]:
-        rows = []
-        for task_id in state.get(L.write_tasks_key(cid)) or ():
-            stored = state.get(L.write_key(cid, task_id))
-            if stored is not None:
-                entry = L.record_of(stored)
-                path = entry["p"]
-                for idx, channel, type_, data in entry["w"]:
-                    rows.append(((path, task_id, idx), task_id, channel, (type_, data)))
-        rows.sort(key=lambda row: row[0])  # LangGraph's writes_sort_key: (task path, task id, idx)
-        return [(task_id, channel, self._loads(typed)) for _key, task_id, channel, typed in rows]
+        return [
+            (task_id, channel, self._loads((type_, data)))
+            for _path, task_id, _idx, channel, type_, data in L.write_rows(state, cid)
+        ]
 
     # -- versions ----------------------------------------------------------------
 

@@ -15,6 +15,7 @@ segment 0, so a roll-over never writes to a frozen segment again.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Iterator
 
@@ -27,23 +28,32 @@ from victor_actors import (
     TransitionValidationError,
 )
 from victor_actors.langgraph import _layout as L
+from victor_actors.remote import RemoteScopeHandle, RemoteStateManager
 
-__all__ = ["Segments"]
+__all__ = ["Handle", "Manager", "Segments"]
+
+# The saver and the store run on a manager that owns its store or on a client of the process that
+# does (``victor_actors.connect``: every uvicorn worker of a LangGraph app): the same calls on both.
+Manager = GlobalStateManager | RemoteStateManager
+Handle = ScopeHandle | RemoteScopeHandle
+
+logger = logging.getLogger("victor_actors")
 
 
 class Segments:
     """Handles of every namespace segment this saver touched, by scope id, and the operations on them."""
 
-    def __init__(self, manager: GlobalStateManager, timeout: float | None) -> None:
+    def __init__(self, manager: Manager, timeout: float | None) -> None:
         self.manager = manager
         self.timeout = timeout
-        self._handles: dict[str, ScopeHandle] = {}
+        self._handles: dict[str, Handle] = {}
         self._registered: set[tuple[str, str]] = set()
         self._open_lock = threading.Lock()
+        self._compacts: bool | None = None  # whether compaction has a store to shrink (asked once)
 
     # -- reading ---------------------------------------------------------------
 
-    def _find(self, level: StateScope, ident: str) -> ScopeHandle | None:
+    def _find(self, level: StateScope, ident: str) -> Handle | None:
         # Conversation and team ids of the layout never coincide (a conversation's holds a second
         # ':'), so one map by id serves both.
         handle = self._handles.get(ident)
@@ -55,7 +65,7 @@ class Segments:
             self._handles[ident] = handle
         return handle
 
-    def lookup(self, thread_id: str, ns: str, index: int = 0) -> ScopeHandle | None:
+    def lookup(self, thread_id: str, ns: str, index: int = 0) -> Handle | None:
         """Segment ``index`` of the namespace, or None if it was never created. Creates nothing."""
         return self._find(StateScope.CONVERSATION, L.segment_id(thread_id, ns, index))
 
@@ -73,6 +83,47 @@ class Segments:
         team = self._find(StateScope.TEAM, L.team_id(thread_id))
         return 1 if team is None else L.segment_count(team.snapshot().state.get(L.NS_PREFIX + ns))
 
+    def team(self, thread_id: str) -> Handle | None:
+        """The thread's team scope, or None if it was never created. Creates nothing."""
+        return self._find(StateScope.TEAM, L.team_id(thread_id))
+
+    def tombstone(self, thread_id: str) -> str | None:
+        """The thread's tombstone (see ``_threadops``): the cut-off id of its last deletion, or None."""
+        team = self._find(StateScope.TEAM, L.team_id(thread_id))
+        if team is None:
+            return None
+        value = team.snapshot().state.get(L.DELETED)
+        return value if isinstance(value, str) else None
+
+    def listed(self, thread_id: str) -> list[str]:
+        """Every namespace the thread's team lists, openable or not."""
+        team = self._find(StateScope.TEAM, L.team_id(thread_id))
+        if team is None:
+            return []
+        prefix = L.NS_PREFIX
+        return sorted(key[len(prefix) :] for key in team.snapshot().state if key.startswith(prefix))
+
+    def namespaces(self, thread_id: str) -> list[str]:
+        """The namespaces of a thread that can hold checkpoints.
+
+        A namespace an older saver listed before finding its scope id too long
+        (or not storable) never got a scope, so it holds nothing: it is skipped,
+        with a warning, so that it cannot break reads and deletes of the
+        thread (``delete_thread`` also unlists it).
+        """
+        out = []
+        for ns in self.listed(thread_id):
+            if self.openable(thread_id, ns):
+                out.append(ns)
+            else:
+                logger.warning(
+                    "LangGraph thread %r lists namespace %r, whose scope id cannot exist: skipped (it holds "
+                    "nothing)",
+                    thread_id[:60],
+                    ns[:60],
+                )
+        return out
+
     def known(self, thread_id: str, ns: str) -> bool:
         """Whether every segment of the namespace has a handle here (a read then does no I/O)."""
         if L.team_id(thread_id) not in self._handles:
@@ -80,7 +131,7 @@ class Segments:
         ids = (L.segment_id(thread_id, ns, k) for k in range(self.count(thread_id, ns)))
         return all(ident in self._handles for ident in ids)
 
-    def newest_first(self, thread_id: str, ns: str) -> Iterator[ScopeHandle]:
+    def newest_first(self, thread_id: str, ns: str) -> Iterator[Handle]:
         """The namespace's segments, newest first (none if it was never written)."""
         head = self.lookup(thread_id, ns)
         if head is None:
@@ -93,7 +144,7 @@ class Segments:
 
     # -- writing ---------------------------------------------------------------
 
-    def open_ns(self, thread_id: str, ns: str) -> ScopeHandle:
+    def open_ns(self, thread_id: str, ns: str) -> Handle:
         """Segment 0 of the namespace, created (and listed in its thread's team) on first use."""
         key = (thread_id, ns)
         ident = L.conv_id(thread_id, ns)
@@ -113,7 +164,7 @@ class Segments:
             self._registered.add(key)
         return handle
 
-    def _open(self, thread_id: str, ns: str, index: int) -> ScopeHandle:
+    def _open(self, thread_id: str, ns: str, index: int) -> Handle:
         ident = L.segment_id(thread_id, ns, index)
         handle = self._handles.get(ident)
         if handle is None:
@@ -121,12 +172,12 @@ class Segments:
             self._handles[ident] = handle
         return handle
 
-    def for_write(self, thread_id: str, ns: str) -> list[ScopeHandle]:
+    def for_write(self, thread_id: str, ns: str) -> list[Handle]:
         """Every segment of the namespace, oldest first, created if missing (segment 0 listed)."""
         head = self.open_ns(thread_id, ns)
         return [head, *(self._open(thread_id, ns, k) for k in range(1, self.count(thread_id, ns)))]
 
-    def roll(self, thread_id: str, ns: str, segments: list[ScopeHandle]) -> list[ScopeHandle]:
+    def roll(self, thread_id: str, ns: str, segments: list[Handle]) -> list[Handle]:
         """Open the next segment and freeze the newest: the chain, one longer.
 
         The new scope exists before the team counts it, so a reader never
@@ -140,7 +191,7 @@ class Segments:
         self.compact(segments[-1])
         return [*segments, new]
 
-    def compact(self, handle: ScopeHandle) -> None:
+    def compact(self, handle: Handle) -> None:
         """Make a scope's current state its only stored base: its log and older checkpoints leave LMDB.
 
         For a frozen segment (it is not written again), for a namespace
@@ -152,10 +203,15 @@ class Segments:
         leaves the runtime's own incremental checkpoints building on it: the
         saver writes no record of its own (docs/adr/0022).
         """
-        store = self.manager.store
-        if store is None or store.read_only:
-            return
-        self.manager.compact(handle.ref, label="langgraph: compacted")
+        if self._compacts is None:
+            if isinstance(self.manager, RemoteStateManager):  # the owner's store, compacted by the owner
+                info = self.manager.info()
+                self._compacts = info.get("path") is not None and not info.get("read_only")
+            else:  # in memory there is nothing on disk to shrink; read-only, nothing to write
+                store = self.manager.store
+                self._compacts = store is not None and not store.read_only
+        if self._compacts:
+            self.manager.compact(handle.ref, label="langgraph: compacted")
 
     def threads(self) -> list[str]:
         """Every LangGraph thread id: the team scopes ``lg:...``, read a page at a time by prefix."""

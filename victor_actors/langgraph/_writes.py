@@ -17,10 +17,11 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from victor_actors import ContextSnapshot, ScopeHandle, StateTransition, VersionConflictError
+from victor_actors import ContextSnapshot, StateTransition, VersionConflictError
 from victor_actors.langgraph import _layout as L
+from victor_actors.langgraph._errors import ThreadDeletedError
 from victor_actors.langgraph._lanes import WHOLE, Job, Lane, Lanes, View
-from victor_actors.langgraph._segments import Segments
+from victor_actors.langgraph._segments import Handle, Segments
 from victor_actors.lowlevel import MapView, Step, StepGen, drive
 
 __all__ = ["Build", "Writer", "latest_of"]
@@ -126,24 +127,46 @@ class Writer:
             if not lane.hand_off():
                 return
 
-    def _write_segments(self, lane: Lane, thread_id: str, ns: str) -> builtins.list[ScopeHandle]:
-        """The lane's segments, oldest first, opened if needed and checked against the team's count."""
+    def _write_segments(
+        self, lane: Lane, thread_id: str, ns: str, jobs: builtins.list[Job]
+    ) -> tuple[builtins.list[Handle], builtins.list[Job], bool]:
+        """The lane's segments, oldest first, opened if needed and checked against the team's count.
+
+        And the jobs that are not late writes to a deleted thread: those are
+        refused here, before the namespace is listed or its scope created.
+        The last item says whether the segments were (re)opened, which may
+        have listed the namespace just now: then the round checks again (see
+        ``_threadops``). A lane that knew its segments before wrote to a
+        namespace already listed, and the check here is enough.
+        """
+        tombstone = self.segments.tombstone(thread_id)
+        if tombstone is not None:
+            held = [h.snapshot().state for h in self.segments.newest_first(thread_id, ns)]
+            jobs = self._refuse_late(jobs, thread_id, tombstone, held)
+            if not jobs:
+                return [], jobs, False
         segments = lane.segments
-        if segments is None or self.segments.count(thread_id, ns) != len(segments):
+        fresh = segments is None or self.segments.count(thread_id, ns) != len(segments)
+        if segments is None or fresh:
             segments = self.segments.for_write(thread_id, ns)
             lane.segments = segments
-        return segments
+        return segments, jobs, fresh
 
-    async def _awrite_segments(self, lane: Lane, thread_id: str, ns: str) -> builtins.list[ScopeHandle]:
+    async def _awrite_segments(
+        self, lane: Lane, thread_id: str, ns: str, jobs: builtins.list[Job]
+    ) -> tuple[builtins.list[Handle], builtins.list[Job], bool]:
         segments = lane.segments
-        if segments is not None and self.segments.known(thread_id, ns):
+        if segments is not None and self.segments.known(thread_id, ns):  # no I/O: the team is known too
             if self.segments.count(thread_id, ns) == len(segments):
-                return segments
-        return await asyncio.to_thread(self._write_segments, lane, thread_id, ns)
+                return self._write_segments(lane, thread_id, ns, jobs)
+        return await asyncio.to_thread(self._write_segments, lane, thread_id, ns, jobs)
 
     def _round(self, lane: Lane, thread_id: str, ns: str, jobs: builtins.list[Job]) -> StepGen[None]:
         """Place the jobs in their segments (rolling over a full newest one), then commit each group."""
-        segments = yield Step(self._write_segments, self._awrite_segments, lane, thread_id, ns)
+        found = yield Step(self._write_segments, self._awrite_segments, lane, thread_id, ns, jobs)
+        segments, jobs, fresh = found
+        if not jobs:
+            return
         cache: dict[int, MapView] = {}
 
         def state(i: int) -> MapView:  # older segments are read only when a job needs them
@@ -152,6 +175,11 @@ class Writer:
             return cache[i]
 
         newest = len(segments) - 1
+        tombstone = self.segments.tombstone(thread_id) if fresh else None  # after listing: see _threadops
+        if tombstone is not None:
+            jobs = self._refuse_late(jobs, thread_id, tombstone, [state(i) for i in range(newest, -1, -1)])
+            if not jobs:
+                return
         latest = latest_of(state(i) for i in range(newest, -1, -1))
         places: builtins.list[int | None] = []
         for job in jobs:
@@ -179,8 +207,41 @@ class Writer:
         for index in sorted(groups, reverse=True):
             yield from self._commit_jobs(segments[index], groups[index], index == last, latest)
 
+    @staticmethod
+    def _refuse_late(
+        jobs: builtins.list[Job], thread_id: str, tombstone: str, states: builtins.list[MapView]
+    ) -> builtins.list[Job]:
+        """The jobs that are not late writes to a deleted thread; the others get ``ThreadDeletedError``.
+
+        Late: a ``put`` or ``put_writes`` naming a checkpoint (its own, or a
+        put's parent) made before the deletion (its id sorts at or before the
+        tombstone's) that the namespace does not hold.
+        """
+        kept = []
+        for job in jobs:
+            named = [job.cid, job.parent] if job.kind == "put" else [job.cid] if job.kind == "writes" else []
+            late = next(
+                (
+                    cid
+                    for cid in named
+                    if cid and cid <= tombstone and not any(L.record_key(cid) in s for s in states)
+                ),
+                None,
+            )
+            if late is None:
+                kept.append(job)
+                continue
+            job.error = ThreadDeletedError(
+                f"LangGraph thread {thread_id[:80]!r} was deleted after checkpoint {late[:80]!r} was made, "
+                f"and no longer holds it: this late {'put_writes' if job.kind == 'writes' else job.kind} was "
+                "refused and nothing was written",
+                thread_id=thread_id,
+                checkpoint_id=late,
+            )
+        return kept
+
     def _commit_jobs(
-        self, handle: ScopeHandle, jobs: builtins.list[Job], active: bool, latest: str | None
+        self, handle: Handle, jobs: builtins.list[Job], active: bool, latest: str | None
     ) -> StepGen[None]:
         """Commit one segment's jobs as one commit; if that fails, each alone (only a bad one fails)."""
 
@@ -210,7 +271,7 @@ class Writer:
                 except Exception as one:
                     job.error = one
 
-    def commit(self, handle: ScopeHandle, build: Build) -> StepGen[None]:
+    def commit(self, handle: Handle, build: Build) -> StepGen[None]:
         """Commit what ``build(snapshot)`` returns, with no lost update; nothing if it returns nothing.
 
         Optimistic first (``handle.modify``: the batch applies only if the
