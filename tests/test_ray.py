@@ -728,11 +728,13 @@ def test_a_tool_pending_when_its_shard_restarts_is_delivered_again(manager: RayS
 def test_fifty_concurrent_cross_shard_batches_that_write_global_meet_no_deadline(
     shared: RayStateManager,
 ) -> None:
-    """Regression (issue 24, item 4): global's home held the global scope from a batch's prepare to its
-    commit, three Ray round trips, and prepares queued on that hold unfairly, so 50 threads sending
-    cross-shard batches that write global failed with ``DeadlineExceededError: global:global stayed
-    held by a cross-shard commit until the request's deadline``. Failed before the fix. Now home
-    decides by committing global's part like any write (nothing held across a round trip), and
+    """Issue 24, item 4: global's home held the global scope from a batch's prepare to its commit,
+    three Ray round trips, so under the issue's contention 50 threads sending cross-shard batches that
+    write global failed with ``DeadlineExceededError: global:global stayed held by a cross-shard
+    commit until the request's deadline``. That failure depends on the machine's load: checked
+    against main at load average 4, this test passed there too, so it guards the outcome (every batch
+    commits, global holds every part, no hold is left) rather than failing on main every time. Home
+    now decides by committing global's part like any write (nothing held across a round trip), and
     decisions that arrive together share a group commit."""
     manager = shared
     convs = _on_shard(manager, 1, "hot", 50)
