@@ -316,7 +316,7 @@ def test_a_store_with_full_checkpoints_from_before_format_2_opens_and_goes_on(tm
             store.submit([put], wait=True)
     with GlobalStateManager.open(tmp_path, checkpoint_every=10, keep_checkpoints=3) as m:
         assert m.store is not None
-        assert msgpack.unpackb(m.store._get("meta", b"format"))["format"] == 2
+        assert msgpack.unpackb(m.store._get("meta", b"format"))["format"] == 3  # the newest format
         conv = m.get_conversation_state("c")
         _state, report = m.store.load(ref, LINEAGE)
         assert report.checkpoint_version == 20 and conv.version == 25 and report.clean

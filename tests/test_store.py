@@ -143,6 +143,44 @@ def test_retention_keeps_the_newest_checkpoints_and_what_they_need(tmp_path: Pat
         del fork
 
 
+def test_keep_checkpoints_1_drops_the_log_before_the_only_checkpoint(tmp_path: Path) -> None:
+    """Issue 28, item 9. Old code: with keep_checkpoints=1 the log before the scope's only
+    checkpoint stayed (v1..v7 beside the checkpoint at v5) until a second one was written."""
+    with GlobalStateManager.open(tmp_path, checkpoint_every=5, keep_checkpoints=1) as m:
+        conv = m.get_conversation_state("c")
+        _fill(conv, 7)
+        assert m.store is not None
+        assert [c.version for c in m.list_checkpoints(conv.ref)] == [5]
+        assert m.store.log_versions(conv.ref) == [6, 7]
+        with pytest.raises(CheckpointNotFoundError, match="the oldest version it can rebuild is 5"):
+            m.state_at(conv.ref, 3)
+        with pytest.raises(CheckpointNotFoundError):
+            m.restore(conv.ref, 4)
+        assert conv.version == 7  # the refused restore changed nothing
+        assert m.state_at(conv.ref, 5).get_state("i") == 4 and m.state_at(conv.ref, 6).get_state("i") == 5
+        m.save_checkpoint(conv.ref)  # a checkpoint by hand is retained the same way
+        assert m.store.log_versions(conv.ref) == []
+        assert [c.version for c in m.list_checkpoints(conv.ref)] == [7]
+    with GlobalStateManager.open(tmp_path) as m:
+        assert m.get_conversation_state("c").snapshot().message_count == 7
+
+
+def test_history_reaches_back_keep_checkpoints(tmp_path: Path) -> None:
+    """With fewer than ``keep_checkpoints`` checkpoints the whole log stays; from the keep-th on,
+    the log after the oldest kept one. Old code: with three checkpoints (5, 10, 15) and
+    keep_checkpoints=3 the log still reached back to v1."""
+    with GlobalStateManager.open(tmp_path, checkpoint_every=5, keep_checkpoints=3) as m:
+        conv = m.get_conversation_state("c")
+        assert m.store is not None
+        _fill(conv, 12)
+        assert m.store.log_versions(conv.ref) == list(range(1, 13))  # checkpoints at 5 and 10
+        _fill(conv, 3)
+        assert m.store.log_versions(conv.ref) == list(range(6, 16))  # at 5, 10 and 15
+        _fill(conv, 5)
+        assert [c.version for c in m.list_checkpoints(conv.ref)] == [20, 15, 10]
+        assert m.store.log_versions(conv.ref) == list(range(11, 21))
+
+
 def test_async_mode_flushes_within_its_interval_and_on_close(tmp_path: Path) -> None:
     with GlobalStateManager.open(tmp_path, durability="async", flush_interval=0.02) as m:
         conv = m.get_conversation_state("c")

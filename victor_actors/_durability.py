@@ -32,6 +32,7 @@ under the kernel's lock that guards the scope's creation.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 import weakref
@@ -58,6 +59,7 @@ from victor_actors.store import (
     CheckpointBase,
     CheckpointInfo,
     CheckpointRecord,
+    Codec,
     CommitRecord,
     ScopeRecord,
     Store,
@@ -70,6 +72,8 @@ from victor_actors.store import checkpoint_id as _checkpoint_id
 CATCH_UP = 64  # a read-only reader replays at most this many new commits before it loads afresh
 
 __all__ = ["Durability", "parse_checkpoint_id"]
+
+logger = logging.getLogger("victor_actors")
 
 
 def parse_checkpoint_id(ref: ScopeRef, ident: str | int) -> int:
@@ -112,10 +116,12 @@ class Durability:
     def __init__(self, kernel: Kernel) -> None:
         self.kernel = kernel
         self.store = kernel.store
-        if self.store is not None and not self.store.read_only:
+        if self.store is None or not self.store.read_only:
             kernel.persist = self
         if self.store is not None and self.store.read_only:
             kernel.fresh = self.fresh_snapshot
+        # without a store, commits are still held to a store's record limit (Codec.check_commit)
+        self._limit = Codec() if self.store is None else None
         self._trackers: weakref.WeakKeyDictionary[ScopeCell, _Tracker] = weakref.WeakKeyDictionary()
         self._lock = threading.Lock()  # around the map of trackers only
 
@@ -213,13 +219,24 @@ class Durability:
         options = self.kernel.options
         if new_state.version % options.checkpoint_every == 0:
             checkpoint = CheckpointRecord(new_state, None, record.timestamp)
-            ops.append(self._checkpoint_op(cell, checkpoint, options.keep_checkpoints))
+            try:
+                ops.append(self._checkpoint_op(cell, checkpoint, options.keep_checkpoints))
+            except TransitionValidationError as exc:
+                # the commit fits: a checkpoint that cannot be written never refuses it (the log
+                # holds the commit; the next periodic checkpoint tries again)
+                logger.warning("%s: no checkpoint at v%d: %s", ref, new_state.version, exc)
         return ops
 
     def persister(self) -> Persist | None:
-        """What an actor calls to make its commit durable, or None without a (writable) store."""
+        """What an actor calls to make its commit durable (None with a read-only store).
+
+        In memory it only refuses a batch too large for a store's record, so
+        that an in-memory manager accepts exactly what a store does.
+        """
         store = self.store
-        if store is None or store.read_only:
+        if store is None:
+            return self._check_size
+        if store.read_only:
             return None
 
         def persist(cell: ScopeCell, new_state: ScopeState, record: StateChanged, req: ApplyRequest) -> None:
@@ -228,6 +245,16 @@ class Durability:
                 store.submit(ops, wait=cell.durability == "sync")
 
         return persist
+
+    def _check_size(
+        self, cell: ScopeCell, new_state: ScopeState, record: StateChanged, req: ApplyRequest
+    ) -> None:
+        if req.reset_to is None:  # a store writes a reset of any size (as a checkpoint)
+            self._check(new_state, record, req.transitions)
+
+    def _check(self, new_state: ScopeState, record: StateChanged, transitions: Any) -> None:
+        assert self._limit is not None
+        self._limit.check_commit(tuple(transitions), new_state.version, record.commit_id, record.run_id)
 
     def stager(self) -> Stager | None:
         """What an actor uses to write a group of its commits in one transaction (None without a store)."""
@@ -240,6 +267,9 @@ class Durability:
         """Make several scopes' parts of one cross-scope commit durable in one LMDB transaction."""
         store = self.store
         if store is None:
+            for _cell, new_state, record, transitions in parts:
+                if record.committed:
+                    self._check(new_state, record, transitions)
             return
         ops: list[TxnOp] = []
         wait = False
@@ -284,7 +314,9 @@ class Durability:
         if store is None or store.read_only or cell.durability == "manual":
             return state
         store.flush()
-        loaded, _report = store.load(state.ref, state.lineage)
+        loaded, report = store.load(state.ref, state.lineage)
+        if not report.head_found:  # the store cannot show how far it reaches: memory can
+            return state
         self._forget(cell)  # the cell's state is set to this: its next checkpoint starts a new chain
         return loaded
 

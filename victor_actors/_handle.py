@@ -153,14 +153,19 @@ class ScopeHandle:
         store has moved on since the last read, never torn.
         """
         cell = self._cell
-        fresh = self._kernel.fresh
+        kernel = self._kernel
+        fresh = kernel.fresh
         if fresh is not None:
-            return fresh(cell)
-        cells = cell.ancestors
-        if not cells:
-            return ContextSnapshot(cell.state)
-        with self._kernel.publish_lock:
-            return ContextSnapshot(cell.state, tuple(c.state for c in cells))
+            snap = fresh(cell)
+        elif not (cells := cell.ancestors):
+            snap = ContextSnapshot(cell.state)
+        else:
+            with kernel.publish_lock:
+                snap = ContextSnapshot(cell.state, tuple(c.state for c in cells))
+        calls = kernel.calls
+        if calls is not None:  # the testing kit's recorder: who read what, for its history checks
+            calls("read", self.ref, snap)
+        return snap
 
     async def asnapshot(self) -> ContextSnapshot:
         return self.snapshot()
@@ -176,7 +181,7 @@ class ScopeHandle:
         (``.ref``, ``.version``): ADR-002's
         ``await manager.save_checkpoint(StateScope.X, handle.to_dict())`` uses them.
         """
-        if self._kernel.fresh is not None:
+        if self._kernel.fresh is not None or self._kernel.calls is not None:
             return ScopeDict.of(self.snapshot()._state)
         return ScopeDict.of(self._cell.state)
 
@@ -292,6 +297,17 @@ class ScopeHandle:
             In every case nothing of the batch was applied.
         """
         req, wait, parts = self._request(batch, expected_version, timeout, None)
+        if self._kernel.calls is not None:  # the testing kit's recorder
+            return self._noted(
+                "apply", req.transitions, expected_version, self._apply_traced, req, wait, parts
+            )
+        if _trace.hooks is None:
+            return self._apply(req, wait, parts, expected_version)
+        return self._apply_traced(req, wait, parts, expected_version)
+
+    def _apply_traced(
+        self, req: ApplyRequest, wait: float, parts: Parts, expected_version: Expected
+    ) -> StateChanged:
         hooks = _trace.hooks  # traced: the caller's span, current from here until trace.end
         if hooks is None:
             return self._apply(req, wait, parts, expected_version)
@@ -326,6 +342,28 @@ class ScopeHandle:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[StateChanged] = loop.create_future()
         req, wait, parts = self._request(batch, expected_version, timeout, AsyncReply(loop, future))
+        calls = self._kernel.calls
+        if calls is None:  # the testing kit's recorder is not attached
+            if _trace.hooks is None:
+                return await self._aapply(req, wait, parts, expected_version, loop, future)
+            return await self._aapply_traced(req, wait, parts, expected_version, loop, future)
+        try:
+            record = await self._aapply_traced(req, wait, parts, expected_version, loop, future)
+        except BaseException as exc:
+            calls("write", self.ref, ("aapply", req.transitions, expected_version, None, exc))
+            raise
+        calls("write", self.ref, ("aapply", req.transitions, expected_version, record, None))
+        return record
+
+    async def _aapply_traced(
+        self,
+        req: ApplyRequest,
+        wait: float,
+        parts: Parts,
+        expected_version: Expected,
+        loop: asyncio.AbstractEventLoop,
+        future: asyncio.Future[StateChanged],
+    ) -> StateChanged:
         hooks = _trace.hooks  # traced: the caller's span, current from here until trace.end
         if hooks is None:
             return await self._aapply(req, wait, parts, expected_version, loop, future)
@@ -336,6 +374,26 @@ class ScopeHandle:
             trace.end(None, exc)
             raise
         trace.end(record, None)
+        return record
+
+    def _noted(
+        self,
+        via: str,
+        transitions: Any,
+        expected_version: Expected,
+        fn: Callable[..., StateChanged],
+        *args: Any,
+    ) -> StateChanged:
+        """``fn(*args, expected_version)`` with the outcome told to the kernel's ``calls`` hook."""
+        calls = self._kernel.calls
+        try:
+            record = fn(*args, expected_version) if via == "apply" else fn(*args)
+        except BaseException as exc:
+            if calls is not None:
+                calls("write", self.ref, (via, transitions, expected_version, None, exc))
+            raise
+        if calls is not None:
+            calls("write", self.ref, (via, transitions, expected_version, record, None))
         return record
 
     async def _aapply(
@@ -472,6 +530,16 @@ class ScopeHandle:
                 ancestor, or the batch writes a scope that was not locked.
             DeadlineExceededError, ScopeFailedError: as for :meth:`apply`.
         """
+        if self._kernel.calls is not None:
+            return self._noted("transact", None, None, self._transact, fn, lock, timeout)
+        return self._transact(fn, lock, timeout)
+
+    def _transact(
+        self,
+        fn: Callable[[ContextSnapshot], BatchLike],
+        lock: Iterable[ScopeRef | StateScope | str] | None,
+        timeout: float | None,
+    ) -> StateChanged:
         kernel = self._kernel
         kernel.check_open(self.ref)
         if kernel.read_only:
@@ -495,8 +563,17 @@ class ScopeHandle:
         """The asyncio twin of :meth:`transact` (``fn`` runs on a worker thread)."""
         # to_thread carries the context (the current run) into the worker thread
         run = CURRENT_RUN.get()
-        call = _tracked(run, self._lock_refs(lock), self.transact)
-        return await asyncio.to_thread(call, fn, lock=lock, timeout=timeout)
+        call = _tracked(run, self._lock_refs(lock), self._transact)
+        calls = self._kernel.calls
+        if calls is None:
+            return await asyncio.to_thread(call, fn, lock, timeout)
+        try:
+            record = await asyncio.to_thread(call, fn, lock, timeout)
+        except BaseException as exc:
+            calls("write", self.ref, ("atransact", None, None, None, exc))
+            raise
+        calls("write", self.ref, ("atransact", None, None, record, None))
+        return record
 
     def _lock_refs(self, lock: Iterable[ScopeRef | StateScope | str] | None) -> tuple[ScopeRef, ...]:
         lineage = self._cell.state.lineage

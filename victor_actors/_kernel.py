@@ -44,7 +44,10 @@ from victor_actors._state import ScopeState, StateChanged
 from victor_actors._trace import CLEAR, Names
 from victor_actors.store import Store
 
-__all__ = ["Activator", "Kernel", "PersistPort", "Resolver", "RunLike"]
+__all__ = ["Activator", "CallObserver", "Kernel", "PersistPort", "Resolver", "RunLike"]
+
+# calls(kind, ref, obj) on a caller's thread: see ``Kernel.calls``
+CallObserver = Callable[[str, ScopeRef | None, Any], None]
 
 _manager_ids = itertools.count(1)
 
@@ -99,6 +102,12 @@ class Kernel:
         self.evicted_commits = 0  # commits counted by cells that have since been evicted
         self.runs: dict[str, RunLike] = {}
         self.observer: Observer | None = None
+        # calls(kind, ref, obj) on the caller's thread, for the testing kit's recorder (None: off):
+        # ("read", ref, snapshot) for every snapshot a handle hands out; ("write", ref,
+        # (via, transitions, expected_version, record, error)) after every apply, aapply, transact
+        # and atransact, whatever its outcome; ("run", None, (event, run, detail)) when a run
+        # starts ("start", None) and ends ("end", its rollback report or None)
+        self.calls: CallObserver | None = None
         self.persist: PersistPort | None = None
         self.activator: Activator | None = None
         self.resolver: Resolver | None = None
@@ -316,6 +325,21 @@ class Kernel:
                 f"{cell.state.ref}: no reply within {timeout} s; the request may still be applied, "
                 "read the scope's version to tell"
             ) from None
+        except pykka.ActorDeadError:
+            raise self.dead(cell.state.ref) from None
+
+    def post(self, cell: ScopeCell, message: Any, deadline: float) -> Any:
+        """Put ``message`` in the mailbox and return the pykka future of its answer, without waiting.
+
+        Raises:
+            BackpressureError, RuntimeClosedError, ScopeFailedError: as for :meth:`tell`.
+        """
+        try:
+            while True:
+                sent, future = self._try_send(cell, message, True)
+                if sent:
+                    return future
+                time.sleep(self._full(cell.state.ref, deadline))
         except pykka.ActorDeadError:
             raise self.dead(cell.state.ref) from None
 

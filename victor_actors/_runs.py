@@ -35,6 +35,7 @@ from contextvars import ContextVar
 from typing import Any, Protocol, TypeVar
 
 import attrs
+import pykka
 
 from victor_actors import _trace
 from victor_actors._cell import ScopeCell
@@ -56,10 +57,12 @@ class Subscribable(Protocol):
     def subscribe(self, callback: Callable[[StateChanged], object]) -> Subscription: ...
 
 
-__all__ = ["CURRENT_RUN", "Run", "RunContext", "run_bound_deadline"]
+__all__ = ["CURRENT_RUN", "ROLLBACK_GRACE", "Run", "RunContext", "run_bound_deadline"]
 
 CURRENT_RUN: ContextVar[Run | None] = ContextVar("victor_actors_run", default=None)
 _ABSENT: Any = object()
+# How long past its deadline a run may take to roll back before it returns anyway (issue 31).
+ROLLBACK_GRACE = 1.0
 T = TypeVar("T")
 
 
@@ -290,6 +293,18 @@ class Run:
         """A thread (not started) that works for this run."""
         return threading.Thread(target=self.bind(target), args=args, kwargs=kwargs, daemon=True)
 
+    def rollback_deadline(self, now: float | None = None) -> float:
+        """When a rollback starting ``now`` stops waiting: the run's deadline plus :data:`ROLLBACK_GRACE`.
+
+        Never later than ``request_timeout`` from ``now`` (as before this bound
+        existed), and never earlier than ``ROLLBACK_GRACE`` from ``now``: a run
+        whose body raised early may use what is left of its timeout.
+        """
+        now = time.monotonic() if now is None else now
+        request_timeout = self._kernel.options.request_timeout
+        grace = min(ROLLBACK_GRACE, request_timeout)
+        return min(now + request_timeout, max(self.deadline, now) + grace)
+
     def rollback(self, reason: str) -> RollbackReport:
         """Undo this run's writes in every scope it touched (see the module's documentation).
 
@@ -297,14 +312,24 @@ class Run:
         the rollback request is handled: a request of the run still in that
         mailbox (its caller gave up waiting) has committed by then and is
         undone too.
+
+        The whole rollback waits at most until :meth:`rollback_deadline`, so a
+        run returns within its timeout and a small grace, whatever
+        ``request_timeout`` is (issue 31). The requests go to every scope at
+        once; one that no reply confirmed by then stays in its scope's mailbox
+        (with ``request_timeout`` to be handled) and is reported in the scope's
+        ``conflicts`` as not confirmed, with ``version`` None.
         """
+        now = time.monotonic()
+        end = self.rollback_deadline(now)
+        request_timeout = self._kernel.options.request_timeout
         with self._lock:
             # A request still being decided elsewhere (its caller was cancelled) must land first.
-            end = time.monotonic() + self._kernel.options.request_timeout
             while self._inflight > 0 and (remaining := end - time.monotonic()) > 0:
                 self._idle.wait(remaining)
             refs = list(dict.fromkeys([*(r.ref for r in self._commits), *self._touched]))
-        results = []
+        sent: list[tuple[ScopeRef, list[_Plan], Any]] = []
+        failed: dict[ScopeRef, ScopeRollback] = {}
         for ref in refs:
             plans: list[_Plan] = []
 
@@ -317,16 +342,31 @@ class Run:
                 plans.append(plan)
                 return plan.target(state)
 
-            wait = self._kernel.options.request_timeout
-            req = ApplyRequest((), None, time.monotonic() + wait, self.id, None, target)
+            # the request itself may wait its turn for request_timeout; the caller waits until `end`
+            req = ApplyRequest((), None, time.monotonic() + request_timeout, self.id, None, target)
             try:
-                commit: StateChanged = self._kernel.ask(self._resolve(ref), req, wait)
+                sent.append((ref, plans, self._kernel.post(self._resolve(ref), req, end)))
             except Exception as exc:  # report it and go on with the other scopes
-                results.append(ScopeRollback(ref, conflicts=(f"the rollback of {ref} failed: {exc!r}",)))
+                failed[ref] = ScopeRollback(ref, conflicts=(f"the rollback of {ref} failed: {exc!r}",))
+        done: dict[ScopeRef, ScopeRollback] = {}
+        for ref, plans, future in sent:
+            try:
+                commit: StateChanged = future.get(timeout=max(end - time.monotonic(), 0.0))
+            except pykka.Timeout:
+                note = (
+                    f"the rollback of {ref} was not confirmed by the run's deadline and its grace "
+                    f"({ROLLBACK_GRACE} s): it stays queued and is applied when {ref} reaches it "
+                    f"within {request_timeout} s"
+                )
+                done[ref] = ScopeRollback(ref, conflicts=(note,))
+                continue
+            except Exception as exc:  # report it and go on with the other scopes
+                done[ref] = ScopeRollback(ref, conflicts=(f"the rollback of {ref} failed: {exc!r}",))
                 continue
             report = (plans[0].report if plans else None) or ScopeRollback(ref)
-            results.append(attrs.evolve(report, version=commit.version if commit.committed else None))
-        self.rollback_report = RollbackReport(self.id, reason, tuple(results))
+            done[ref] = attrs.evolve(report, version=commit.version if commit.committed else None)
+        results = tuple(failed.get(ref) or done[ref] for ref in refs)
+        self.rollback_report = RollbackReport(self.id, reason, results)
         return self.rollback_report
 
     def _close(self) -> None:
@@ -355,6 +395,9 @@ class RunContext:
         hooks = _trace.hooks
         if hooks is not None:  # traced: the run's span is current in its body
             self._trace = hooks.run(self._run, self._kernel.names)
+        calls = self._kernel.calls
+        if calls is not None:  # the testing kit's recorder
+            calls("run", None, ("start", self._run, None))
         return self._run
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
@@ -405,6 +448,9 @@ class RunContext:
             run._close()
             with self._kernel.lock:
                 self._kernel.runs.pop(run.id, None)
+            calls = self._kernel.calls
+            if calls is not None:  # the testing kit's recorder
+                calls("run", None, ("end", run, run.rollback_report))
         if (
             exc is None
             or isinstance(exc, TimeoutError)

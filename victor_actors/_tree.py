@@ -268,7 +268,19 @@ class ScopeTree:
         state, report = store.load(ref, record.lineage)
         if not report.clean:
             logger.warning("recovered %s at version %d, skipping: %s", ref, state.version, report.skipped)
-            self.recovery_reports.append(report)
+            if report not in self.recovery_reports:  # a scope refused below is asked for again
+                self.recovery_reports.append(report)
+            if not report.head_found and not store.read_only:
+                # its newest version is unknown: serving what was found would write new commits
+                # over acknowledged ones the store holds but could not show (docs/adr/0023)
+                raise CheckpointCorruptError(
+                    f"{ref} cannot be loaded as complete: {'; '.join(report.skipped)}; the records "
+                    f"found reach version {state.version}. It was not loaded and nothing was written "
+                    "(inspect it read-only: GlobalStateManager.open(path, read_only=True) or "
+                    "victor-actors history)",
+                    ref=ref,
+                    version=state.version,
+                )
             if not store.read_only and report.latest_stored_version > state.version:
                 store.submit([store.op_quarantine_after(ref, state.version)], wait=True)
         cell = self.start(state, "store")

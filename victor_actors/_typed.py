@@ -74,6 +74,7 @@ class TaggedValue(FrozenDict):
         object.__setattr__(self, "_data", fields._data)
         object.__setattr__(self, "_hash", None)
         object.__setattr__(self, "_height", fields._height)
+        object.__setattr__(self, "_size", -1)  # its size bound, computed when asked for (size_bound)
         object.__setattr__(self, "tag", tag)
         return self
 
@@ -185,7 +186,7 @@ def _freezer(spec: _Spec) -> Any:
     def freeze(value: Any, path: str, depth: int) -> tuple[Any, int]:
         fields = {name: getattr(value, name) for name in spec.names}
         try:
-            frozen, height = _values._freeze(fields, path, depth)
+            frozen, height, _bound = _values._freeze(fields, path, depth)
         except TransitionValidationError as exc:
             raise TransitionValidationError(
                 f"a {spec.cls.__qualname__} (message type {spec.tag!r}) cannot be stored: {exc}"

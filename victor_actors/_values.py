@@ -16,7 +16,7 @@ from typing import Any, NoReturn
 
 from victor_actors._errors import TransitionValidationError
 
-__all__ = ["MAX_DEPTH", "FrozenDict", "check_text", "freeze", "register_converter", "thaw"]
+__all__ = ["MAX_DEPTH", "FrozenDict", "check_text", "freeze", "register_converter", "size_bound", "thaw"]
 
 _INT_MIN = -(2**63)
 _INT_MAX = 2**64 - 1
@@ -69,20 +69,22 @@ class FrozenDict(Mapping[str, Any]):
     values are themselves frozen.
     """
 
-    __slots__ = ("_data", "_hash", "_height")
+    __slots__ = ("_data", "_hash", "_height", "_size")
 
     _data: dict[str, Any]
     _hash: int | None
     _height: int  # levels of nesting at and below this mapping (a flat one is 1)
+    _size: int  # at least the bytes of its msgpack encoding (size_bound); -1: not computed yet
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         frozen = freeze(dict(*args, **kwargs))
         object.__setattr__(self, "_data", frozen._data)
         object.__setattr__(self, "_hash", None)
         object.__setattr__(self, "_height", frozen._height)
+        object.__setattr__(self, "_size", frozen._size)
 
     @classmethod
-    def _wrap(cls, data: dict[str, Any], height: int | None = None) -> FrozenDict:
+    def _wrap(cls, data: dict[str, Any], height: int | None = None, size: int = -1) -> FrozenDict:
         # Internal: ``data`` is already frozen and owned by nobody else.
         if height is None:
             height = 1 + max((_height(v) for v in data.values()), default=0)
@@ -90,6 +92,7 @@ class FrozenDict(Mapping[str, Any]):
         object.__setattr__(self, "_data", data)
         object.__setattr__(self, "_hash", None)
         object.__setattr__(self, "_height", height)
+        object.__setattr__(self, "_size", size)
         return self
 
     def __setattr__(self, name: str, value: Any) -> NoReturn:
@@ -150,6 +153,43 @@ def _reject(path: str, why: str) -> NoReturn:
     raise TransitionValidationError(f"value at {path or '<root>'} cannot be stored: {why}")
 
 
+# Upper bounds of msgpack's encoding: a header of at most 5 bytes per str, bytes, list or map;
+# at most 9 bytes per number; at most 4 UTF-8 bytes per code point of a str.
+_SCALAR = 9
+_HEADER = 5
+
+
+def _text_bound(text: str) -> int:
+    return _HEADER + (len(text) if text.isascii() else 4 * len(text))
+
+
+def size_bound(value: Any) -> int:
+    """At least the bytes msgpack takes to encode the frozen ``value`` (never less).
+
+    A walk without encoding anything; a ``FrozenDict`` remembers its bound,
+    so a value carried from one batch into the next is walked once. The
+    record limit of an in-memory manager is checked against this first, and
+    the batch is encoded only when the bound passes the limit.
+    """
+    cls = value.__class__
+    if cls is FrozenDict or isinstance(value, FrozenDict):
+        size = value._size
+        if size < 0:
+            size = _HEADER + sum(_text_bound(k) + size_bound(v) for k, v in value._data.items())
+            tag = getattr(value, "tag", None)
+            if tag is not None:  # a registered type's value: an extension around (tag, fields)
+                size += 3 * _HEADER + _text_bound(tag)
+            object.__setattr__(value, "_size", size)
+        return int(size)
+    if cls is str:
+        return _text_bound(value)
+    if cls is tuple:
+        return _HEADER + sum(size_bound(v) for v in value)
+    if cls is bytes:
+        return _HEADER + len(value)
+    return _SCALAR
+
+
 def freeze(value: Any, path: str = "") -> Any:
     """Return a deeply immutable, storable copy of ``value``.
 
@@ -167,33 +207,39 @@ def freeze(value: Any, path: str = "") -> Any:
     return _freeze(value, path, 0)[0]
 
 
-def _freeze(value: Any, path: str, depth: int) -> tuple[Any, int]:
-    """The frozen value and its height (levels of containers at and below it)."""
+def _freeze(value: Any, path: str, depth: int) -> tuple[Any, int, int]:
+    """The frozen value, its height (levels of containers at and below it) and its size bound."""
     cls = value.__class__
-    if value is None or cls is bool or cls is float or cls is bytes:
-        return value, 0
+    if value is None or cls is bool or cls is float:
+        return value, 0, _SCALAR
     if cls is str:
+        if value.isascii():
+            return value, 0, _HEADER + len(value)
         why = check_text(value, "the string")
         if why is not None:
             _reject(path, why)
-        return value, 0
+        return value, 0, _HEADER + 4 * len(value)
+    if cls is bytes:
+        return value, 0, _HEADER + len(value)
     if cls is int:
         if _INT_MIN <= value <= _INT_MAX:
-            return value, 0
+            return value, 0, _SCALAR
         _reject(path, "integer outside the 64-bit range")
     if cls is FrozenDict:
         if depth + value._height > _MAX_DEPTH:
             _reject(path, f"nested deeper than {_MAX_DEPTH} levels")
-        return value, value._height
+        return value, value._height, size_bound(value)
     if depth >= _MAX_DEPTH:
         _reject(path, f"nested deeper than {_MAX_DEPTH} levels (or cyclic)")
     if _TYPED:
         typed = _TYPED.get(cls)
         if typed is not None:
-            return typed(value, path, depth)
+            frozen, height = typed(value, path, depth)
+            return frozen, height, size_bound(frozen)
     if isinstance(value, Mapping):
         out: dict[str, Any] = {}
         height = 0
+        size = _HEADER
         for key, item in value.items():
             if key.__class__ is not str:
                 if not isinstance(key, str):
@@ -202,28 +248,31 @@ def _freeze(value: Any, path: str, depth: int) -> tuple[Any, int]:
             why = check_text(key, f"mapping key {key!r}")
             if why is not None:
                 _reject(path, why)
-            frozen, below = _freeze(item, f"{path}.{key}" if path else key, depth + 1)
+            frozen, below, bound = _freeze(item, f"{path}.{key}" if path else key, depth + 1)
             out[key] = frozen
             height = max(height, below)
-        return FrozenDict._wrap(out, height + 1), height + 1
+            size += bound + _HEADER + 4 * len(key)
+        return FrozenDict._wrap(out, height + 1, size), height + 1, size
     if isinstance(value, (list, tuple)):
         items = []
         height = 0
+        size = _HEADER
         for i, item in enumerate(value):
-            frozen, below = _freeze(item, f"{path}[{i}]", depth + 1)
+            frozen, below, bound = _freeze(item, f"{path}[{i}]", depth + 1)
             items.append(frozen)
             height = max(height, below)
-        return tuple(items), height + 1
+            size += bound
+        return tuple(items), height + 1, size
     if isinstance(value, bool):
-        return bool(value), 0
+        return bool(value), 0, _SCALAR
     if isinstance(value, int):
         return _freeze(int.__index__(value), path, depth)
     if isinstance(value, float):
-        return float.__float__(value), 0
+        return float.__float__(value), 0, _SCALAR
     if isinstance(value, str):
         return _freeze(str.__str__(value), path, depth)
     if isinstance(value, (bytes, bytearray, memoryview)):
-        return bytes(value), 0
+        return _freeze(bytes(value), path, depth)
     if _CONVERTERS:
         for klass in cls.__mro__:
             convert = _CONVERTERS.get(klass)

@@ -100,10 +100,14 @@ class TurnLoop:
 
     def _run(self) -> Turn:
         while self.more():
-            try:
-                yield from self._turn(self.next_kind())
-            except Exception as exc:  # unexpected: tallied (and fails the verdict), never fatal
-                self.hub.unexpected_error(exc)
+            yield from self.turn_once()
+
+    def turn_once(self) -> Turn:
+        """One turn (what a :class:`Simulation` drives): an unexpected error is tallied, never fatal."""
+        try:
+            yield from self._turn(self.next_kind())
+        except Exception as exc:  # unexpected: tallied (and fails the verdict), never fatal
+            self.hub.unexpected_error(exc)
 
     def _turn(self, kind: str) -> Turn:
         raise NotImplementedError

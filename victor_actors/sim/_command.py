@@ -173,6 +173,12 @@ def add_parser(sub: Any) -> None:
         action="store_true",
         help="run through RayStateManager on a local Ray cluster, killing every shard once (needs ray)",
     )
+    p.add_argument(
+        "--replay",
+        action="store_true",
+        help="deterministic: one seeded schedule of every agent's steps, so a --seed replays step for "
+        "step (threads only; --steps, default 20)",
+    )
     p.add_argument("--shards", type=_positive(int), default=2, help="shards with --ray (default 2)")
     p.add_argument("--report", metavar="FILE", help="write the full JSON report to FILE")
     out = p.add_mutually_exclusive_group()
@@ -197,6 +203,14 @@ def run_command(args: argparse.Namespace) -> int:
     for f in dataclasses.fields(SimConfig):
         if getattr(args, f.name, None) is not None:
             values[f.name] = getattr(args, f.name)
+    if args.replay:
+        if args.ray or args.kill:
+            print(
+                "victor-actors: error: --replay runs in this process, without --ray or --kill",
+                file=sys.stderr,
+            )
+            return 2
+        values.setdefault("steps", 20)
     config = SimConfig(**values)
     if config.durability not in ("sync", "async"):
         print("victor-actors: error: --durability is sync or async", file=sys.stderr)
@@ -222,7 +236,7 @@ def run_command(args: argparse.Namespace) -> int:
             report = simulate_kill(config, store=path, tick=tick)
         else:
             sink = ack_sink(args.ack_file) if args.ack_file else None
-            report = simulate(config, store=path, sink=sink, tick=tick)
+            report = simulate(config, store=path, sink=sink, tick=tick, deterministic=args.replay)
     except (VictorActorsError, OSError) as exc:
         stop()
         print(f"victor-actors: error: {exc}", file=sys.stderr)

@@ -1,5 +1,10 @@
 """One simulation in this process: start the agents on a store, observe it, reopen it, check.
 
+The built-in load is one use of :class:`Simulation`: its agent (``_agent``) is
+each :class:`SimAgent`'s ``state``, its turn function drives one of the
+agent's turns, ``observe`` reads the team counters, the conversations and the
+versions, and :func:`check_invariants` runs on what it read.
+
 Teams x workflows x conversations, one agent per conversation, half of them
 threads and half asyncio tasks, run coordinator loops against an LMDB store
 while batches are rejected, actors crash and runs time out or raise. At the
@@ -9,24 +14,23 @@ what the agents were acknowledged with what the store holds.
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import shutil
 import tempfile
-import threading
 import time
 from collections import Counter
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from victor_actors import DeadlineExceededError, GlobalStateManager, TransitionBatch, VictorActorsError
-from victor_actors.lowlevel import thaw
+from victor_actors import GlobalStateManager
+from victor_actors.lowlevel import StepGen, thaw
 from victor_actors.sim._agent import Agent
+from victor_actors.sim._agents import AgentSpec, SimAgent
 from victor_actors.sim._config import SimConfig, Sink, Tick
 from victor_actors.sim._coordinators import alookup, lookup
 from victor_actors.sim._hub import Hub
 from victor_actors.sim._invariants import check_invariants
 from victor_actors.sim._ledger import AgentLedger, Expected, InvariantResult, Observed
+from victor_actors.sim._simulation import Simulation
 
 __all__ = ["observe", "report", "simulate"]
 
@@ -62,76 +66,65 @@ def observe(
     return counters, messages, versions
 
 
-def _barrier(manager: GlobalStateManager, ref: str) -> None:
-    """An empty request through the scope's mailbox: consumes a fault no agent request met."""
-    for _ in range(10):
-        try:
-            manager.scope(ref).apply(TransitionBatch())
-            return
-        except VictorActorsError:
-            continue
-
-
-def _run_async(agents: list[Agent]) -> None:
-    async def main() -> None:
-        # cross-scope aapply, atransact and run rollbacks use to_thread: room for every agent
-        asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(4 * len(agents) + 4))
-        await asyncio.gather(*(agent.arun() for agent in agents))
-
-    if agents:
-        asyncio.run(main())
-
-
 def _load(
-    config: SimConfig, path: str, sink: Sink | None, tick: Tick | None
-) -> tuple[Hub, list[AgentLedger], Observed, float]:
-    """Run the agents on the store at ``path``; observe it live, close it, and reopen it read-only."""
-    manager = GlobalStateManager.open(path, durability=config.durability)
-    try:
+    config: SimConfig, path: str, sink: Sink | None, tick: Tick | None, deterministic: bool = False
+) -> tuple[Hub, list[AgentLedger], Observed, float, dict[str, Any] | None]:
+    """Run the agents on the store at ``path`` as a :class:`Simulation`: observed live, closed, reopened."""
+    hubs: list[Hub] = []
+
+    def setup(manager: GlobalStateManager) -> None:
         manager.register_tool("lookup", lookup, timeout=5.0)
         manager.register_tool("alookup", alookup, timeout=5.0)
-        hub = Hub(manager, config, sink)
-        agents = [
-            Agent(hub, team, wf, name, sibling, is_async=bool(i % 2))
-            for i, (team, wf, name, sibling) in enumerate(_names(config))
-        ]
         teams, workflows = _scopes(config)
         for ref in (None, "global:global", *teams, *workflows):  # no escalation: a crash, a restart
             manager.set_supervision(ref, max_restarts=1_000_000, within=1.0)
-        hub.started = time.monotonic()
-        hub.stop_at = hub.started + config.seconds
-        threads = [threading.Thread(target=a.run, name=a.name, daemon=True) for a in agents if not a.is_async]
-        async_agents = [a for a in agents if a.is_async]
-        threads.append(
-            threading.Thread(target=_run_async, args=(async_agents,), name="sim-asyncio", daemon=True)
+        hubs.append(Hub(manager, config, sink))
+
+    siblings = {name: sibling for _, _, name, sibling in _names(config)}
+
+    def agent_state(agent: SimAgent) -> Agent:
+        spec = agent.spec
+        return Agent(
+            hubs[0],
+            spec.team or "",
+            spec.workflow or "",
+            agent.name,
+            siblings[agent.name],
+            is_async=agent.is_async,
         )
-        for thread in threads:
-            thread.start()
-        total = config.steps * len(agents) if config.steps is not None else None
-        while any(thread.is_alive() for thread in threads):
-            try:
-                if tick is not None:
-                    done = hub.turns / total if total else (time.monotonic() - hub.started) / config.seconds
-                    tick(min(done, 1.0), hub.commits, hub.failures())
-                time.sleep(0.2)
-            except KeyboardInterrupt:  # Ctrl-C: the agents finish their turn, then the checks run
-                hub.stopping = True
-        elapsed = time.monotonic() - hub.started
-        for ref in [*(f"conversation:{a.name}" for a in agents), *teams]:
-            _barrier(manager, ref)
-        try:
-            manager.quiesce(10.0)  # the tool outbox drains
-        except DeadlineExceededError:
-            pass  # a tool result that never came is the checker's to report
-        counters, messages, versions = observe(manager, config)
-        observed = Observed(counters, messages, versions, stats=manager.stats())
-    finally:
-        manager.close()
-    with GlobalStateManager.open(path, read_only=True) as again:
-        observed.reopened_counters, observed.reopened_messages, observed.reopened_versions = observe(
-            again, config
-        )
-    return hub, [a.ledger for a in agents], observed, elapsed
+
+    def turn(agent: SimAgent) -> StepGen[None]:
+        yield from agent.state.turn_once()
+
+    sim = Simulation(
+        turn,
+        [AgentSpec(name, team, wf) for team, wf, name, _ in _names(config)],
+        steps=config.steps,
+        seconds=None if config.steps is not None else config.seconds,
+        seed=config.seed,
+        setup=setup,
+        agent_state=agent_state,
+        observe=lambda manager: observe(manager, config),
+        invariants=(),
+        store=path,
+        durability=config.durability,
+        deterministic=deterministic,
+    )
+    progress = None
+    if tick is not None:
+        user_tick = tick
+
+        def progress(done: float) -> None:
+            hub = hubs[0]
+            user_tick(done, hub.commits, hub.failures())
+
+    sim_report = sim.run(tick=progress)
+    result = sim_report.run
+    hub = hubs[0]
+    counters, messages, versions = result.live
+    observed = Observed(counters, messages, versions, stats=result.stats)
+    observed.reopened_counters, observed.reopened_messages, observed.reopened_versions = result.reopened
+    return hub, [a.state.ledger for a in sim.agents], observed, sim.elapsed, sim_report.extra.get("schedule")
 
 
 def report(
@@ -150,13 +143,22 @@ def report(
 
 
 def simulate(
-    config: SimConfig, *, store: str | None = None, sink: Sink | None = None, tick: Tick | None = None
+    config: SimConfig,
+    *,
+    store: str | None = None,
+    sink: Sink | None = None,
+    tick: Tick | None = None,
+    deterministic: bool = False,
 ) -> dict[str, Any]:
-    """Run one simulation in this process; return the report (``report["verdict"]``: PASS or FAIL)."""
+    """Run one simulation in this process; return the report (``report["verdict"]``: PASS or FAIL).
+
+    ``deterministic``: the agents' steps in one seeded schedule (``--replay``; needs ``steps``);
+    the report's ``schedule`` then holds its length and digest.
+    """
     started = time.monotonic()
     path = store or tempfile.mkdtemp(prefix="victor-actors-simulate-")
     try:
-        hub, ledgers, observed, elapsed = _load(config, path, sink, tick)
+        hub, ledgers, observed, elapsed, schedule = _load(config, path, sink, tick, deterministic)
     finally:
         if store is None:
             shutil.rmtree(path, ignore_errors=True)
@@ -189,4 +191,6 @@ def simulate(
         "turns_per_second": round(hub.turns / elapsed, 1) if elapsed else 0.0,
     }
     extra = {"throughput": throughput, "stats": observed.stats, "store": store}
+    if schedule is not None:
+        extra["schedule"] = schedule
     return report(config, results, counts, wall_seconds=round(time.monotonic() - started, 2), **extra)

@@ -8,7 +8,12 @@ stored under), the rest of the header and the body. A record copied or
 swapped to another key, scope, version or database fails its checksum like
 a damaged one. (Records of stores written before the place was bound carry
 no bit 1 and are checked without it.) A record decompresses to at most
-``max_record_bytes``, and nothing larger is ever written.
+``max_record_bytes``, and nothing larger is ever written: the limit counts
+the encoded body before compression, which is what reading a record costs in
+memory, so it also bounds what a damaged or hostile record can make a reader
+decompress. A batch whose commit record would pass it is refused at the
+edge, by an in-memory manager as by a store (:meth:`Codec.check_commit`);
+everything else a store writes is cut into records that fit (docs/adr/0023).
 The body is msgpack. Nothing is ever pickled and no class is ever looked up
 by a name read from disk: records decode to plain values, and cattrs
 structures them into the few record types this module knows.
@@ -37,13 +42,14 @@ from victor_actors._errors import CheckpointCorruptError, TransitionValidationEr
 from victor_actors._model import ScopeRef, StateTransition
 from victor_actors._state import MessageLog, ScopeState
 from victor_actors._typed import TaggedValue
-from victor_actors._values import FrozenDict, thaw
+from victor_actors._values import FrozenDict, size_bound, thaw
 
 __all__ = [
     "SCHEMA_VERSION",
     "CheckpointRecord",
     "Codec",
     "CommitRecord",
+    "RecordTooLargeError",
     "ScopeRecord",
 ]
 
@@ -56,6 +62,20 @@ MAX_RECORD_BYTES = 64 * 1024 * 1024
 
 R = TypeVar("R")
 Migration = Callable[[dict[str, Any]], dict[str, Any]]
+_COMMIT_FRAME = 256  # more than a compact commit's bytes besides its steps, ids and run id
+
+
+class RecordTooLargeError(TransitionValidationError):
+    """A record's body would pass ``max_record_bytes``: the store splits what it can, and
+    refuses the rest with this (a ``TransitionValidationError``); nothing was written."""
+
+    def __init__(self, size: int, limit: int, what: str = "the record") -> None:
+        super().__init__(
+            f"{what} would take {size} bytes; a stored record holds at most {limit} bytes "
+            f"(Codec max_record_bytes, counted before compression); nothing was written"
+        )
+        self.size = size
+        self.limit = limit
 
 
 @attrs.frozen(slots=True)
@@ -185,6 +205,15 @@ class Codec:
         self._conv = _make_converter()
         self._local = threading.local()
 
+    def with_max_record_bytes(self, max_record_bytes: int) -> Codec:
+        """This codec with another record limit (the same schema, migrations and compression)."""
+        return Codec(
+            self.schema_version,
+            self.migrations,
+            compress_above=self.compress_above,
+            max_record_bytes=max_record_bytes,
+        )
+
     # -- framing ----------------------------------------------------------
 
     def _zstd(self) -> tuple[zstandard.ZstdCompressor, zstandard.ZstdDecompressor]:
@@ -206,10 +235,7 @@ class Codec:
         except (TypeError, ValueError, OverflowError, RecursionError, UnicodeError) as exc:
             raise _unencodable(exc) from None
         if len(body) > self.max_record_bytes:
-            raise TransitionValidationError(
-                f"the record would take {len(body)} bytes; the store holds records of at most "
-                f"{self.max_record_bytes} bytes; nothing was written"
-            )
+            raise RecordTooLargeError(len(body), self.max_record_bytes)
         flags = 0
         if len(body) >= self.compress_above:
             body = self._zstd()[0].compress(body)
@@ -310,15 +336,47 @@ class Codec:
             raise _unencodable(exc) from None
 
     def encode_commit(self, record: CommitRecord, *, place: bytes | None = None) -> bytes:
-        """A commit record; a batch is written in the compact form (see ``_compact_commit``)."""
+        """A commit record; a batch is written in the compact form (see ``_compact_commit``).
+
+        Raises:
+            TransitionValidationError: it cannot be encoded, or a batch is too large for a
+                record (then a ``RecordTooLargeError`` naming the limit); nothing is written.
+        """
         if record.kind == "batch" and record.state is None:
             try:
-                steps = tuple((t.transition_type.value, t.data, t.metadata) for t in record.transitions)
-            except AttributeError as exc:
-                raise _unencodable(exc) from None
-            body = (record.kind, record.version, record.commit_id, record.timestamp, record.run_id, steps)
-            return self.pack({"c": body}, place)
+                return self.pack(_compact_payload(record), place)
+            except RecordTooLargeError as exc:
+                raise _batch_too_large(exc.size, exc.limit) from None
         return self.pack(self._unstructure(record), place)
+
+    def check_commit(
+        self, transitions: tuple[StateTransition, ...], version: int, commit_id: str, run_id: str | None
+    ) -> None:
+        """Refuse a batch whose commit record would pass ``max_record_bytes``, without a store.
+
+        What an in-memory manager checks, so that it refuses exactly the
+        batches a store refuses. A bound from the frozen values (no encoding)
+        settles nearly every batch; only one whose bound passes the limit is
+        encoded to be measured.
+
+        Raises:
+            RecordTooLargeError: the batch would not fit a record; nothing was applied.
+        """
+        limit = self.max_record_bytes
+        bound = _COMMIT_FRAME + 4 * (len(commit_id) + len(run_id or ""))
+        for t in transitions:
+            bound += _COMMIT_FRAME + size_bound(t.data) + size_bound(t.metadata)
+            if bound > limit:
+                break
+        else:
+            return
+        record = CommitRecord("batch", version, commit_id, 0.0, run_id, transitions)
+        try:
+            body = msgpack.packb(_compact_payload(record), default=_default, use_bin_type=True)
+        except (TypeError, ValueError, OverflowError, RecursionError, UnicodeError) as exc:
+            raise _unencodable(exc) from None
+        if len(body) > limit:
+            raise _batch_too_large(len(body), limit)
 
     def decode_commit(
         self, raw: bytes, *, ref: object = None, version: int | None = None, place: bytes | None = None
@@ -400,6 +458,24 @@ def _compact_commit(body: Any, ref: object, version: int | None) -> CommitRecord
             version=version,
         ) from None
     return CommitRecord(kind, number, commit_id, float(timestamp), run_id, transitions)
+
+
+def _compact_payload(record: CommitRecord) -> dict[str, Any]:
+    try:
+        steps = tuple((t.transition_type.value, t.data, t.metadata) for t in record.transitions)
+    except AttributeError as exc:
+        raise _unencodable(exc) from None
+    return {"c": (record.kind, record.version, record.commit_id, record.timestamp, record.run_id, steps)}
+
+
+def _batch_too_large(size: int, limit: int) -> RecordTooLargeError:
+    error = RecordTooLargeError(size, limit)
+    error.args = (
+        f"the batch would take {size} bytes as a commit record; a stored record holds at most "
+        f"{limit} bytes (Codec max_record_bytes, counted before compression), in memory as in a "
+        "store; nothing was applied",
+    )
+    return error
 
 
 def _unencodable(exc: BaseException) -> TransitionValidationError:

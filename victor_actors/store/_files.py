@@ -32,7 +32,10 @@ named database (read from the main root's leaf). Otherwise the missing tail
 is free space, and it is filled with zeros (``posix_fallocate``, which never
 shrinks a file or touches written data) before the file is mapped; damage
 deeper in a database then reads as a typed error (LMDB's corrupted-page
-check, or the records' CRCs), never as SIGBUS.
+check, or the records' CRCs), never as SIGBUS. A writable open, once it
+succeeded, also leaves 128 KiB of zeros past the last page (``SLACK``: as
+far as a damaged node offset or key size on the last pages can point; LMDB
+writes its next pages over them); a read-only or refused open adds nothing.
 """
 
 from __future__ import annotations
@@ -46,7 +49,16 @@ from typing import IO
 
 from victor_actors._errors import CheckpointCorruptError, StoreLockedError, VictorActorsError
 
-__all__ = ["COMPLETE", "NEXT", "PREVIOUS", "OwnerLock", "check_data_file", "readable_data"]
+__all__ = [
+    "COMPLETE",
+    "NEXT",
+    "PREVIOUS",
+    "SLACK",
+    "OwnerLock",
+    "check_data_file",
+    "leave_slack",
+    "readable_data",
+]
 
 # A rewrite (rekey, encryption) writes a whole new store in NEXT beside the data, marks it COMPLETE,
 # then swaps directories: data -> PREVIOUS, NEXT/data -> data. Each step is a rename, and the next
@@ -70,6 +82,10 @@ _FREE_AT = 8 + 8 + 8  # the free DB's record, after magic, version, address and 
 _INVALID = (1 << 64) - 1  # P_INVALID: an empty database has no root
 _P_LEAF = 0x02
 _F_BIGDATA = 0x01
+# Zeros kept past the last page: a damaged node offset (2 bytes) or key size (2 bytes) on one of
+# the last pages points at most 128 KiB past it, which then reads zeros (a typed error, or keys
+# that are not there) instead of raising SIGBUS. LMDB writes its next pages over them.
+SLACK = 2 * 65536
 
 
 def _meta(raw: bytes, offset: int) -> tuple[int, int, int, tuple[int, int]] | None:
@@ -150,6 +166,23 @@ def check_data_file(path: str) -> None:
             "its end; the store was not opened (restore the file from a copy)"
         )
     _fill_free_tail(path, needed)
+
+
+def leave_slack(path: str) -> None:
+    """Make sure ``SLACK`` zeros follow the last page of ``path`` (a writer, once its open succeeded)."""
+    try:
+        size = os.path.getsize(path)
+        with open(path, "rb") as f:
+            first = _meta(f.read(4096), 0)
+            if first is None:
+                return
+            f.seek(first[0])
+            metas = [m for m in (first, _meta(f.read(first[0]), 0)) if m is not None]
+    except OSError:
+        return
+    psize, last_pg, _txnid, _roots = max(metas, key=lambda m: m[2])
+    if size < (last_pg + 1) * psize + SLACK:
+        _fill_free_tail(path, (last_pg + 1) * psize + SLACK)
 
 
 def _fill_free_tail(path: str, needed: int) -> None:

@@ -9,7 +9,16 @@ codec and sealed for its own place like every other record:
 ``chunks``  ref key + root (8 bytes) + end index -> ``{"start": s, "msgs": [...]}``:
             messages ``s .. end - 1`` of the message log, written once
 ``kv``      ref key + version -> ``{"base": None or a kv version, "set": {...}, "del": [...]}``:
-            the values map in full (``base`` None) or as a delta on ``base``
+            the values map in full (``base`` None) or as a delta on ``base``; one
+            too large for a record has ``"parts": k`` and its other keys in ``k``
+            more records at ref key + version + part (4 bytes, 1 to k):
+            ``{"part": i, "set": {...}, "del": [...]}`` (store format 3)
+
+No record is larger than the codec's ``max_record_bytes``, whatever the
+state holds (docs/adr/0023): chunks end early when their messages' sizes
+would pass it, and a values record too large is cut into parts, each put
+together from whole keys by the sizes ``size_bound`` gives (never below the
+encoded size, so each part fits without being encoded twice).
 
 A *root* is a random 8-byte name for one append-only history of the message
 log. Checkpoints of the same root share its chunks: the next checkpoint
@@ -48,7 +57,7 @@ import immutables
 from victor_actors._errors import CheckpointCorruptError
 from victor_actors._model import ScopeRef
 from victor_actors._state import MessageLog, ScopeState
-from victor_actors._values import FrozenDict
+from victor_actors._values import FrozenDict, size_bound
 from victor_actors.store._codec import CheckpointRecord, Codec
 
 __all__ = [
@@ -60,6 +69,9 @@ __all__ = [
     "chunk_ranges",
     "is_manifest",
     "kv_full_of",
+    "kv_part_key",
+    "kv_payloads",
+    "kv_version",
     "manifest_root",
 ]
 
@@ -67,8 +79,10 @@ FORM = 2  # the "form" field of format-2 records
 ROOT_BYTES = 8
 CHUNK_MESSAGES = 256  # at most this many messages per chunk record
 _END = struct.Struct(">Q")
+_PART = struct.Struct(">I")
 _EMPTY: immutables.Map[str, Any] = immutables.Map()
 _ABSENT = object()
+_FRAME = 64  # more than a chunk's or values part's bytes besides its messages or entries
 
 
 @attrs.frozen(slots=True)
@@ -98,9 +112,26 @@ def chunk_key(prefix: bytes, root: bytes, end: int) -> bytes:
     return prefix + root + _END.pack(end)
 
 
-def chunk_ranges(start: int, end: int) -> list[tuple[int, int]]:
-    """``start .. end`` cut into chunks of at most ``CHUNK_MESSAGES`` messages."""
-    return [(s, min(s + CHUNK_MESSAGES, end)) for s in range(start, end, CHUNK_MESSAGES)]
+def chunk_ranges(
+    start: int, end: int, messages: Sequence[Any] | None = None, limit: int | None = None
+) -> list[tuple[int, int]]:
+    """``start .. end`` cut into chunks of at most ``CHUNK_MESSAGES`` messages and, with
+    ``messages`` and ``limit``, of at most ``limit`` bytes by their ``size_bound``s (a message
+    larger than that alone is a chunk alone)."""
+    if messages is None or limit is None:
+        return [(s, min(s + CHUNK_MESSAGES, end)) for s in range(start, end, CHUNK_MESSAGES)]
+    budget = limit - _FRAME
+    out: list[tuple[int, int]] = []
+    first, size = start, 0
+    for i in range(start, end):
+        bound = size_bound(messages[i])
+        if i > first and (i - first >= CHUNK_MESSAGES or size + bound > budget):
+            out.append((first, i))
+            first, size = i, 0
+        size += bound
+    if first < end:
+        out.append((first, end))
+    return out
 
 
 def is_manifest(payload: Mapping[str, Any]) -> bool:
@@ -138,20 +169,63 @@ def chunk_payload(messages: Sequence[Any], start: int, end: int) -> dict[str, An
     return {"form": FORM, "start": start, "msgs": messages[start:end]}
 
 
-def kv_full_payload(values: immutables.Map[str, Any]) -> dict[str, Any]:
-    return {"form": FORM, "base": None, "set": FrozenDict._wrap(dict(values.items())), "del": ()}
+def kv_payloads(
+    values: immutables.Map[str, Any], base: int | None, touched: Iterable[str] | None, limit: int
+) -> list[dict[str, Any]]:
+    """The values record: in full (``touched`` None) or the keys ``touched`` since ``base``.
+
+    One payload when it fits ``limit`` bytes; else the record and its parts
+    (``"parts"`` in the first says how many follow), each of whole keys.
+    """
+    if touched is None:
+        sets = dict(values.items())
+        dels: list[str] = []
+    else:
+        sets, dels = {}, []
+        for key in touched:
+            value = values.get(key, _ABSENT)
+            if value is _ABSENT:
+                dels.append(key)
+            else:
+                sets[key] = value
+    budget = limit - _FRAME
+    groups: list[tuple[dict[str, Any], list[str]]] = [({}, [])]
+    size = 0
+    for key, value in sets.items():
+        bound = 2 * _KEY_HEADER + 4 * len(key) + size_bound(value)
+        if size and size + bound > budget:
+            groups.append(({}, []))
+            size = 0
+        groups[-1][0][key] = value
+        size += bound
+    for key in dels:
+        bound = _KEY_HEADER + 4 * len(key)
+        if size and size + bound > budget:
+            groups.append(({}, []))
+            size = 0
+        groups[-1][1].append(key)
+        size += bound
+    first = {"form": FORM, "base": base, "set": FrozenDict._wrap(groups[0][0]), "del": tuple(groups[0][1])}
+    if len(groups) > 1:
+        first["parts"] = len(groups) - 1
+    parts = [
+        {"form": FORM, "part": i, "set": FrozenDict._wrap(g[0]), "del": tuple(g[1])}
+        for i, g in enumerate(groups[1:], start=1)
+    ]
+    return [first, *parts]
 
 
-def kv_delta_payload(values: immutables.Map[str, Any], base: int, touched: Iterable[str]) -> dict[str, Any]:
-    sets: dict[str, Any] = {}
-    dels: list[str] = []
-    for key in touched:
-        value = values.get(key, _ABSENT)
-        if value is _ABSENT:
-            dels.append(key)
-        else:
-            sets[key] = value
-    return {"form": FORM, "base": base, "set": FrozenDict._wrap(sets), "del": tuple(dels)}
+_KEY_HEADER = 5
+
+
+def kv_part_key(key: bytes, part: int) -> bytes:
+    """Where part ``part`` (1 on) of the values record at ``key`` lives."""
+    return key + _PART.pack(part)
+
+
+def kv_version(prefix_len: int, key: bytes) -> int:
+    """The version of a values record's key or of one of its parts' (after a scope key of that length)."""
+    return int.from_bytes(bytes(key[prefix_len : prefix_len + 8]), "big")  # total, as version_of
 
 
 def changed_keys(old: immutables.Map[str, Any], new: immutables.Map[str, Any]) -> list[str]:
@@ -174,13 +248,13 @@ def assemble(
     payload: Mapping[str, Any],
     prefix: bytes,
     chunks: Sequence[tuple[bytes, bytes]],
-    kvs: Mapping[int, tuple[bytes, bytes]],
+    kvs: Mapping[int, Sequence[tuple[bytes, bytes]]],
     open_record: Open,
 ) -> CheckpointRecord:
     """The full checkpoint a manifest describes, from the scope's chunk and kv records.
 
     ``chunks`` are the scope's chunk records in key order; ``kvs`` its kv
-    records by version (key, raw).
+    records by version: ``[(key, raw)]``, the record and then its parts, in key order.
 
     Raises:
         CheckpointCorruptError: a record it needs is missing, damaged or does not fit.
@@ -224,10 +298,18 @@ def assemble(
     at: int | None = kv_version
     while at is not None:
         found = kvs.get(at)
-        if found is None:
+        if not found or len(found[0][0]) != len(prefix) + _END.size:
             raise corrupt(f"its values record v{at} is missing")
-        rec = open_record("kv", found[0], found[1], version, f"values record v{at} of {ref}")
+        rec = open_record("kv", found[0][0], found[0][1], version, f"values record v{at} of {ref}")
         chain.append(rec)
+        parts = rec.get("parts", 0)
+        if parts.__class__ is not int or len(found) != 1 + parts:
+            raise corrupt(f"values record v{at} has {len(found) - 1} of its {parts!r} parts")
+        for i, (key, raw) in enumerate(found[1:], start=1):
+            part = open_record("kv", key, raw, version, f"part {i} of values record v{at} of {ref}")
+            if key != kv_part_key(found[0][0], i) or part.get("part") != i:
+                raise corrupt(f"part {i} of values record v{at} is not in its place")
+            chain.append(part)
         base = rec.get("base")
         if base is not None and (not isinstance(base, int) or base >= at):
             raise corrupt(f"values record v{at} names a bad base ({base!r})")

@@ -50,7 +50,9 @@ def versioned_key(ref: ScopeRef, version: int) -> bytes:
 
 
 def version_of(key: bytes) -> int:
-    return int(_VERSION.unpack(bytes(key[-8:]))[0])
+    """The version a versioned key ends with (total: a damaged, short key reads as some version,
+    and the record under it then fails its checksum, which binds it to its key)."""
+    return int.from_bytes(bytes(key[-8:]), "big")
 
 
 def checkpoint_id(ref: ScopeRef, version: int) -> str:

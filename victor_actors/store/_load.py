@@ -43,7 +43,14 @@ class CheckpointInfo:
 
 @attrs.frozen(slots=True)
 class RecoveryReport:
-    """What recovery of one scope used and what it had to skip."""
+    """What recovery of one scope used and what it had to skip.
+
+    ``head_found`` is False when the scope's head record (its newest
+    committed version) could not be found: then ``version`` is only what the
+    records that could be found reach, and commits after it may exist unseen.
+    A writable manager does not serve such a scope (``CheckpointCorruptError``);
+    a read-only one serves it with this report.
+    """
 
     ref: ScopeRef
     version: int
@@ -51,6 +58,7 @@ class RecoveryReport:
     replayed: int
     skipped: tuple[str, ...] = ()
     latest_stored_version: int = 0
+    head_found: bool = True
 
     @property
     def clean(self) -> bool:
@@ -117,9 +125,11 @@ def load_state(
     if not starts and (first_log is None or first_log == 1):
         starts.append((ScopeState(ref=ref, lineage=lineage), None))
     if not starts and upto is not None and not skipped:
+        oldest = min((version_of(k) for k, _ in ckpt_items), default=None)
+        since = "" if oldest is None else f"; the oldest version it can rebuild is {oldest}"
         raise CheckpointNotFoundError(
-            f"{ref}: version {upto} is no longer stored (retention keeps the newest checkpoints "
-            "and the log from the oldest of them on)"
+            f"{ref}: version {upto} is no longer stored{since} (retention keeps the newest "
+            "checkpoints and the log after the oldest of them); nothing was loaded"
         )
     if not starts:
         raise CheckpointCorruptError(
@@ -172,8 +182,13 @@ def load_state(
 def apply_record(state: ScopeState, rec: CommitRecord) -> ScopeState:
     """Replay one stored commit on ``state`` (deterministic: same reducer, same inputs)."""
     if rec.kind == "reset":
-        if rec.state is None:
-            raise CheckpointCorruptError(f"{state.ref}: reset commit v{rec.version} holds no state")
+        if rec.state is None:  # its state was too large for one record: it is the checkpoint there
+            raise CheckpointCorruptError(
+                f"{state.ref}: reset commit v{rec.version} keeps its state in the checkpoint at "
+                f"v{rec.version}, which could not be read",
+                ref=state.ref,
+                version=rec.version,
+            )
         return attrs.evolve(rec.state, ref=state.ref, lineage=state.lineage, version=rec.version)
     new_state, _record = reduce(
         state, rec.transitions, commit_id=rec.commit_id, run_id=rec.run_id, timestamp=rec.timestamp

@@ -3,11 +3,11 @@
 It is msgpack in the ``meta`` database, under ``b"format"``, in the clear
 (it has to be read before any key is known)::
 
-    plaintext   {"format": 2, "encrypted": False}
-    encrypted   {"format": 2, "encrypted": True, "id_key": "<key id>", "store": <16 random bytes>,
+    plaintext   {"format": 3, "encrypted": False}
+    encrypted   {"format": 3, "encrypted": True, "id_key": "<key id>", "store": <16 random bytes>,
                  "check": sealed(META_CHECK + msgpack of every other field, sorted)}
     before store ids (still opened, never created)
-                {"format": 1 or 2, "encrypted": True, "id_key": "<key id>", "check": sealed(KEY_CHECK)}
+                {"format": 1, 2 or 3, "encrypted": True, "id_key": "<key id>", "check": sealed(KEY_CHECK)}
 
 **Authenticated as a whole.** Everything the open trusts is under the
 check: it is sealed (format 2, so bound to the store id and to the meta
@@ -22,7 +22,8 @@ longer opens, with :class:`EncryptionKeyError`; nothing is opened or changed.
 active when the store was created, which is also the store's id key; so
 ``id_key`` is authenticated there too: it must name the key the check's
 (authenticated) header names. The ``format`` field of such a store is not
-covered; a wrong one is harmless, as every version reads both formats.
+covered; a wrong one makes a writable open move it to 3 again, or (3 read as 2) makes
+recovery take a scope without a head for one never committed, as before format 3.
 
 **A plaintext store** has no key to authenticate with. A meta record that
 says ``encrypted: False`` but carries an ``id_key``, a ``store`` or a
@@ -56,18 +57,22 @@ __all__ = [
     "parse",
     "store_id_of",
     "upgraded",
+    "with_record_limit",
 ]
 
 META_KEY = b"format"
 # The store's format: 1 wrote full checkpoints; 2 (incremental checkpoints: manifests, chunks, kv)
-# reads both. A writable open moves a store to 2, after which code that knows only 1 refuses it.
-FORMAT = 2
-FORMATS = (1, 2)
+# reads both; 3 gives every scope a head from its creation on (``_heads.py``). A writable open
+# moves a store to the newest format, after which code that knows only older ones refuses it.
+FORMAT = 3
+FORMATS = (1, 2, 3)
 KEY_CHECK = b"victor-actors keyring check v1"  # before store ids: do the keys fit?
 META_CHECK = b"victor-actors meta v2"  # since store ids: the fields below, authenticated
 _PLAIN_FIELDS = frozenset({"format", "encrypted"})
 _LEGACY_FIELDS = frozenset({"format", "encrypted", "id_key", "check"})
 _FIELDS = frozenset({"format", "encrypted", "id_key", "store", "check"})
+# optional in every record: the largest record limit the store was written with (docs/adr/0023)
+LIMIT = "max_record_bytes"
 WHERE = place("meta", META_KEY)
 
 Meta = dict[str, Any]
@@ -102,7 +107,9 @@ def parse(raw: bytes | None, path: str) -> Meta | None:
     encrypted = meta.get("encrypted")
     if type(encrypted) is not bool:
         raise refuse("does not say whether the store is encrypted")
-    fields = frozenset(meta)
+    fields = frozenset(meta) - {LIMIT}
+    if LIMIT in meta and (type(meta[LIMIT]) is not int or meta[LIMIT] <= 0):
+        raise refuse("has a record limit that is not a positive integer")
     if not encrypted:
         if fields - _PLAIN_FIELDS:
             raise refuse(
@@ -158,6 +165,18 @@ def upgraded(meta: Meta | None, sealer: Sealer) -> Meta | None:
         new["check"] = sealer.seal(_covered(new), WHERE)
     elif "check" in meta:
         new["check"] = meta["check"]  # before store ids: the check does not cover the format
+    return new
+
+
+def with_record_limit(meta: Meta | None, limit: int, sealer: Sealer) -> Meta:
+    """``meta`` recording ``limit`` as the store's record limit (its check sealed again over it
+    when the check covers every field; before store ids it covers none of them)."""
+    new = {k: v for k, v in (meta or {"format": FORMAT, "encrypted": False}).items() if k != "check"}
+    new[LIMIT] = limit
+    if meta is not None and "store" in meta:
+        new["check"] = sealer.seal(_covered(new), WHERE)
+    elif meta is not None and "check" in meta:
+        new["check"] = meta["check"]
     return new
 
 

@@ -129,10 +129,12 @@ def _rewrite(
     target_dir = os.path.join(store_path, NEXT)
     try:
         shutil.rmtree(target_dir, ignore_errors=True)  # (taking the lock dropped an unfinished copy)
-        target = Store(target_dir, encryption=new, codec=codec, map_size=map_size)
+        target = Store(target_dir, encryption=new, codec=source.codec, map_size=map_size)  # its limit too
         try:
             fallback = None if old is None else Sealer(new, source.sealer.store_id)
             written = Copier(source, target, fallback, drop_damaged=drop).run()
+            if not source.headed:  # a copy of a store from before format 3: see Store.give_heads
+                target.give_heads(source.format)
         finally:
             target.close()
         source.close()

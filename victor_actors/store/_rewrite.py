@@ -45,9 +45,10 @@ from victor_actors._errors import CheckpointCorruptError, EncryptionKeyError, Vi
 from victor_actors._model import ScopeRef
 from victor_actors.store._codec import ScopeRecord
 from victor_actors.store._crypto import Sealer, sealed_key_id
+from victor_actors.store._heads import decode_head, encode_head
 from victor_actors.store._keys import ROOT_PARENT, is_head, place, ref_from_key
 from victor_actors.store._meta import META_KEY
-from victor_actors.store._store import _HEAD, Store, _head_crc
+from victor_actors.store._store import Store
 from victor_actors.store._writer import WriteTxn
 
 __all__ = ["Copier"]
@@ -321,12 +322,7 @@ class Copier:
         return "no scope record names its scope, so its new key cannot be named"
 
     def _head(self, key: bytes, new_key: bytes, plain: bytes, what: str) -> bytes:
-        if len(plain) != _HEAD.size:
-            raise CheckpointCorruptError(f"{what} is damaged (length {len(plain)})")
-        version, crc = _HEAD.unpack(plain)
-        if _head_crc(key, version) != crc:
-            raise CheckpointCorruptError(f"{what} fails its checksum")
-        return _HEAD.pack(version, _head_crc(new_key, version))
+        return encode_head(new_key, decode_head(plain, key, None, what))
 
     def _damage(self, db: str, what: str, why: str, *, key: bool = False) -> None:
         self.damage_count += 1

@@ -35,14 +35,13 @@ from __future__ import annotations
 
 import logging
 import os
-import struct
 import threading
-import zlib
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from functools import partial
 from typing import Any, TypeVar
 
+import attrs
 import lmdb
 
 from victor_actors._errors import (
@@ -55,9 +54,10 @@ from victor_actors._errors import (
 from victor_actors._model import MAX_ID_BYTES, ScopeRef, StateScope
 from victor_actors._state import ScopeState
 from victor_actors._values import FrozenDict
-from victor_actors.store._codec import CheckpointRecord, Codec, CommitRecord, ScopeRecord
+from victor_actors.store._codec import CheckpointRecord, Codec, CommitRecord, RecordTooLargeError, ScopeRecord
 from victor_actors.store._crypto import Keyring, Sealer, looks_sealed
-from victor_actors.store._files import OwnerLock, check_data_file, readable_data
+from victor_actors.store._files import OwnerLock, check_data_file, leave_slack, readable_data
+from victor_actors.store._heads import HEADED_FORMAT, decode_head, encode_head, newest_head
 from victor_actors.store._incremental import (
     CheckpointBase,
     assemble,
@@ -66,14 +66,16 @@ from victor_actors.store._incremental import (
     chunk_payload,
     chunk_ranges,
     is_manifest,
-    kv_delta_payload,
     kv_full_of,
-    kv_full_payload,
+    kv_part_key,
+    kv_payloads,
+    kv_version,
     manifest_payload,
     manifest_root,
     new_root,
 )
 from victor_actors.store._keys import (
+    HEAD_SUFFIX,
     PLAIN,
     ROOT_PARENT,
     Layout,
@@ -86,9 +88,18 @@ from victor_actors.store._keys import (
     version_of,
 )
 from victor_actors.store._load import CheckpointInfo, RecoveryReport, load_state
-from victor_actors.store._meta import META_KEY, is_encrypted, keys_for, new_encrypted, upgraded
+from victor_actors.store._meta import (
+    LIMIT,
+    META_KEY,
+    is_encrypted,
+    keys_for,
+    new_encrypted,
+    upgraded,
+    with_record_limit,
+)
 from victor_actors.store._meta import pack as pack_meta
 from victor_actors.store._meta import parse as parse_meta
+from victor_actors.store._seek import prefix_items
 from victor_actors.store._writer import GroupCommitWriter, ResizeGate, TxnOp, WriteTxn
 
 __all__ = ["Store"]
@@ -96,11 +107,6 @@ __all__ = ["Store"]
 logger = logging.getLogger("victor_actors")
 
 T = TypeVar("T")
-_HEAD = struct.Struct(">QI")  # version, crc32 over place + version
-
-
-def _head_crc(key: bytes, version: int) -> int:
-    return zlib.crc32(struct.pack(">Q", version), zlib.crc32(place("log", key)))
 
 
 class Store:
@@ -156,14 +162,21 @@ class Store:
                     )
             self.layout, self.sealer = self._keys_for(meta, encryption)
             if not read_only:
-                new = upgraded(self._read_meta(), self.sealer)
+                stored = self._read_meta()
+                new = upgraded(stored, self.sealer)
                 if new is not None:
+                    self.give_heads(1 if stored is None else int(stored["format"]))
                     self._put_meta(new)
+            meta = self._read_meta()
+            self.format = 1 if meta is None else int(meta["format"])
+            self._adopt_record_limit(meta)
             if not read_only and "children" not in self.dbs:
                 self._build_index()
         except BaseException:
             self._close_env()
             raise
+        if not read_only:  # zeros past the last page, for a reader of a damaged copy (_files.py)
+            leave_slack(self._data_file)
         self._closed = False
         # what the newest loads built on: ref -> (checkpoint version, root, n, message n - 1,
         # the checkpoint's kv version and full kv version)
@@ -194,6 +207,7 @@ class Store:
             data_file = os.path.join(data, "data.mdb")
         try:
             check_data_file(data_file)
+            self._data_file = data_file
             self.env = lmdb.open(
                 data,
                 map_size=map_size,
@@ -279,6 +293,22 @@ class Store:
                 "sealed: the meta record was lost or altered; nothing was opened or changed (restore the "
                 "meta record, or the store, from a copy)"
             )
+
+    def _adopt_record_limit(self, meta: dict[str, Any] | None) -> None:
+        """Read and write with the larger of the codec's record limit and the store's own.
+
+        The store keeps the largest ``max_record_bytes`` it was opened with for
+        writing in its meta record (``_meta.LIMIT``), so a store written with a
+        raised limit and opened with the default codec still reads (and never
+        quarantines) the records it legitimately holds. A store never lowers
+        its limit.
+        """
+        stored = int(meta.get(LIMIT, 0)) if meta is not None else 0
+        limit = max(self.codec.max_record_bytes, stored)
+        if limit != self.codec.max_record_bytes:
+            self.codec = self.codec.with_max_record_bytes(limit)
+        if not self.read_only and stored < limit:
+            self._put_meta(with_record_limit(meta, limit, self.sealer))
 
     def _is_empty(self) -> bool:
         return all(
@@ -387,15 +417,20 @@ class Store:
         return self.sealer.open(raw, place(db, key), what)
 
     def op_put_scope(self, record: ScopeRecord) -> TxnOp:
-        """The scope record, and its entry in the ``children`` index (in the same transaction)."""
+        """The scope record, its entry in the ``children`` index and, for a scope that has none,
+        its head at version 0 (in the same transaction: every scope record has a head)."""
         key = self.layout.ref_key(record.ref)
         where = place("scopes", key)
         raw = self.sealer.seal(self.codec.encode_scope(record, place=where), where)
         child_key, child_raw = self._child_entry(record, key)
+        head_key = self.layout.head_key(record.ref)
+        head = self.op_put_head(record.ref, 0)
 
         def op(t: WriteTxn) -> None:
             t.put("scopes", key, raw)
             t.put("children", child_key, child_raw)
+            if t.get("log", head_key) is None:  # a new scope: its head says version 0
+                head(t)
 
         return op
 
@@ -407,13 +442,35 @@ class Store:
         return child_key, self.sealer.seal(self.codec.encode_scope(record, place=where), where)
 
     def op_put_commit(self, ref: ScopeRef, record: CommitRecord) -> TxnOp:
-        """The commit's log record, and the scope's head moved to its version."""
+        """The commit's log record, and the scope's head moved to its version.
+
+        A reset (a restore or a rollback: the whole state) too large for one
+        record is written as a checkpoint at its version, cut into records
+        that fit, and its log record holds no state (``state`` None): replay
+        starts from that checkpoint, never from before it.
+
+        Raises:
+            TransitionValidationError: a batch too large for a record
+                (``RecordTooLargeError``), or one that cannot be encoded; nothing is written.
+        """
         key = self.layout.versioned_key(ref, record.version)
         where = place("log", key)
-        raw = self.sealer.seal(self.codec.encode_commit(record, place=where), where)
+        checkpoint: TxnOp | None = None
+        try:
+            plain = self.codec.encode_commit(record, place=where)
+        except RecordTooLargeError:
+            if record.kind != "reset" or record.state is None:
+                raise
+            checkpoint = self.op_put_checkpoint(
+                ref, CheckpointRecord(record.state, None, record.timestamp), None
+            )
+            plain = self.codec.encode_commit(attrs.evolve(record, state=None), place=where)
+        raw = self.sealer.seal(plain, where)
         head = self.op_put_head(ref, record.version)
 
         def op(t: WriteTxn) -> None:
+            if checkpoint is not None:
+                checkpoint(t)
             t.put("log", key, raw)
             head(t)
 
@@ -422,7 +479,7 @@ class Store:
     def op_put_head(self, ref: ScopeRef, version: int) -> TxnOp:
         """Record ``version`` as ``ref``'s newest committed version."""
         key = self.layout.head_key(ref)
-        raw = self._sealed(_HEAD.pack(version, _head_crc(key, version)), "log", key)
+        raw = self._sealed(encode_head(key, version), "log", key)
         return lambda t: t.put("log", key, raw)
 
     def op_put_checkpoint(self, ref: ScopeRef, record: CheckpointRecord, keep: int | None) -> TxnOp:
@@ -457,6 +514,8 @@ class Store:
         The operation checks in its transaction that the records it builds
         on are stored; if not, it writes the checkpoint in full instead and
         calls ``replaced(planned_base, actual_base)`` on the writer's thread.
+        It moves the scope's head up to the checkpoint's version if the head
+        is below it (``manual`` durability and forks write no commits).
 
         Raises:
             TransitionValidationError: the state cannot be encoded; nothing is written.
@@ -477,7 +536,8 @@ class Store:
             checks.append(("chunks", chunk_key(prefix, root, base.n)))
         else:
             root, start = new_root(), 0
-        for s, e in chunk_ranges(start, n):
+        limit = self.codec.max_record_bytes
+        for s, e in chunk_ranges(start, n, messages, limit):
             key = chunk_key(prefix, root, e)
             puts.append(("chunks", key, self._sealed_payload("chunks", key, chunk_payload(messages, s, e))))
         kv_key = self.layout.versioned_key(ref, version)
@@ -485,15 +545,15 @@ class Store:
         if base is not None and base.version == version:  # the same state again: its values are stored
             kv = (base.kv_version, base.kv_full, base.chain_bytes, base.full_bytes)
         elif base is not None and touched is not None:
-            delta = kv_delta_payload(state.values, base.kv_version, touched)
-            raw = self._sealed_payload("kv", kv_key, delta)
-            if base.chain_bytes + len(raw) <= base.full_bytes:
-                kv = (version, base.kv_full, base.chain_bytes + len(raw), base.full_bytes)
-                puts.append(("kv", kv_key, raw))
+            delta = self._kv_puts(kv_key, kv_payloads(state.values, base.kv_version, touched, limit))
+            size = sum(len(raw) for _db, _k, raw in delta)
+            if base.chain_bytes + size <= base.full_bytes:
+                kv = (version, base.kv_full, base.chain_bytes + size, base.full_bytes)
+                puts.extend(delta)
         if kv is None:
-            raw = self._sealed_payload("kv", kv_key, kv_full_payload(state.values))
-            kv = (version, version, 0, len(raw))
-            puts.append(("kv", kv_key, raw))
+            full = self._kv_puts(kv_key, kv_payloads(state.values, None, None, limit))
+            kv = (version, version, 0, sum(len(raw) for _db, _k, raw in full))
+            puts.extend(full)
         elif base is not None:
             checks.append(("kv", self.layout.versioned_key(ref, base.kv_version)))
             checks.append(("kv", self.layout.versioned_key(ref, base.kv_full)))
@@ -501,6 +561,8 @@ class Store:
         manifest = manifest_payload(self.codec, record, root, kv[0], kv[1])
         puts.append(("ckpt", key, self._sealed_payload("ckpt", key, manifest)))
         planned = CheckpointBase(version, root, n, messages, state.values, *kv)
+        raise_head = self._op_raise_head(ref, version)
+        written = {k for db, k, _v in puts if db == "kv"}  # a values record and its parts, if any
 
         def op(t: WriteTxn) -> None:
             for db, check in checks:
@@ -514,10 +576,38 @@ class Store:
                     return
             for db, k, v in puts:
                 t.put(db, k, v)
+            for stale in t.keys_in("kv", kv_key) if written else ():
+                if stale not in written:  # a part of an earlier record at this version
+                    t.delete("kv", stale)
+            raise_head(t)
             if keep is not None:
                 self._retain(t, ref, keep)
 
         return op, planned
+
+    def _op_raise_head(self, ref: ScopeRef, version: int) -> TxnOp:
+        """Move ``ref``'s head up to ``version`` if it is below (a checkpoint with no commit
+        after it, as ``manual`` durability and a fork write, is the newest durable version)."""
+        key = self.layout.head_key(ref)
+        put = self.op_put_head(ref, version)
+
+        def op(t: WriteTxn) -> None:
+            raw = t.get("log", key)
+            try:
+                head = (
+                    None if raw is None else decode_head(self._unsealed(raw, "log", key, "a head"), key, ref)
+                )
+            except CheckpointCorruptError:
+                return  # a damaged head is left for recovery to report
+            if head is None or head < version:
+                put(t)
+
+        return op
+
+    def _kv_puts(self, key: bytes, payloads: list[dict[str, Any]]) -> list[tuple[str, bytes, bytes]]:
+        """The puts of a values record at ``key`` and its parts (``kv_payloads``)."""
+        keys = [key] + [kv_part_key(key, i) for i in range(1, len(payloads))]
+        return [("kv", k, self._sealed_payload("kv", k, p)) for k, p in zip(keys, payloads, strict=True)]
 
     def _sealed_payload(self, db: str, key: bytes, payload: Mapping[str, Any]) -> bytes:
         where = place(db, key)
@@ -531,26 +621,34 @@ class Store:
         return self.codec.unpack(self.sealer.open(raw, where, what), ref=ref, version=version, place=where)
 
     def _retain(self, t: WriteTxn, ref: ScopeRef, keep: int) -> None:
-        """Keep the newest ``keep`` checkpoints and the log from the oldest kept one on.
+        """Keep the newest ``keep`` checkpoints and the log after the oldest kept one.
 
-        Then the records only the dropped checkpoints used go too: values
+        History reaches back ``keep`` checkpoints: once the scope holds that
+        many, the log up to and including the oldest kept checkpoint's version
+        goes (that checkpoint holds it), whether or not a checkpoint is
+        dropped; with fewer, the whole log stays. So with ``keep=1`` the log
+        before a scope's newest checkpoint goes in the transaction that writes
+        it. Then the records only the dropped checkpoints used go too: values
         records below the oldest full one a kept checkpoint's chain starts
         from, and every message root no kept checkpoint refers to. (If a kept
         checkpoint does not open, nothing of that is dropped.)
         """
         prefix = self.layout.ref_key(ref)
         ckpts = t.keys_in("ckpt", prefix)
-        if len(ckpts) <= keep:
+        if len(ckpts) < keep:
             return
-        for key in ckpts[:-keep]:
+        dropped = ckpts[:-keep]
+        for key in dropped:
             t.delete("ckpt", key)
-        oldest_kept = version_of(ckpts[-keep])
+        oldest_kept = version_of(ckpts[-keep:][0])
         for key in t.keys_in("log", prefix):
             if is_head(key):
                 continue  # the head (version 0) stays
             if version_of(key) > oldest_kept:
                 break
             t.delete("log", key)
+        if not dropped:
+            return
         roots: set[bytes] = set()
         fulls: list[int] = []
         for key in ckpts[-keep:]:
@@ -566,7 +664,7 @@ class Store:
                 fulls.append(full)
         floor = min(fulls) if fulls else None
         for key in t.keys_in("kv", prefix):
-            if floor is not None and version_of(key) >= floor:
+            if floor is not None and kv_version(len(prefix), key) >= floor:
                 break
             t.delete("kv", key)
         start = prefix
@@ -606,13 +704,9 @@ class Store:
 
         def scan() -> list[tuple[bytes, bytes]]:
             with self.env.begin(db=handle) as txn, txn.cursor() as cur:
-                items: list[tuple[bytes, bytes]] = []
-                if cur.set_range(prefix):
-                    for key, value in cur:
-                        if not key.startswith(prefix):
-                            break
-                        if heads_too or not (db == "log" and is_head(key)):
-                            items.append((bytes(key), bytes(value)))
+                items = prefix_items(cur, prefix)
+            if db == "log" and not heads_too:
+                items = [(k, v) for k, v in items if not is_head(k)]
             return items
 
         items = self._read(scan)
@@ -633,6 +727,8 @@ class Store:
     def scope_record(self, ref: ScopeRef) -> ScopeRecord | None:
         key = self.layout.ref_key(ref)
         raw = self._get("scopes", key)
+        if raw is None:  # read past a damaged key beside it (_seek.py)
+            raw = next((v for k, v in self._scan("scopes", key) if k == key), None)
         if raw is None:
             return None
         plain = self._unsealed(raw, "scopes", key, f"the scope record of {ref}")
@@ -838,24 +934,63 @@ class Store:
         return [r for k, r in keyed if floor is None or k > floor][: max(limit, 0)]
 
     def head(self, ref: ScopeRef) -> int | None:
-        """``ref``'s newest committed version as its head record says (None: no readable head).
+        """``ref``'s newest committed version as its head record says (None: no head record found).
+
+        Read as every lookup of a scope's records is (``_seek.py``): a damaged key beside it does
+        not hide it.
 
         Raises:
             CheckpointCorruptError: the head record is damaged.
         """
         key = self.layout.head_key(ref)
-        return self._parse_head(ref, key, self._get("log", key))
+        found = [v for k, v in self._scan("log", key, heads_too=True) if k == key]
+        version, note = self._newest_head(ref, key, found)
+        if version is None and note is not None:
+            raise CheckpointCorruptError(note, ref=ref)
+        return version
 
-    def _parse_head(self, ref: ScopeRef, key: bytes, sealed: bytes | None) -> int | None:
-        if sealed is None:
-            return None
-        raw = self._unsealed(sealed, "log", key, f"the head record of {ref}")
-        if len(raw) != _HEAD.size:
-            raise CheckpointCorruptError(f"the head record of {ref} is damaged (length {len(raw)})", ref=ref)
-        version, crc = _HEAD.unpack(raw)
-        if _head_crc(key, version) != crc:
-            raise CheckpointCorruptError(f"the head record of {ref} fails its checksum", ref=ref)
-        return int(version)
+    def _newest_head(self, ref: ScopeRef, key: bytes, found: list[bytes]) -> tuple[int | None, str | None]:
+        """The newest good head among the records ``found`` at ``key``, and what was wrong with others."""
+
+        def unseal(raw: bytes) -> bytes:
+            return self._unsealed(raw, "log", key, f"the head record of {ref}")
+
+        return newest_head(ref, key, found, unseal)
+
+    @property
+    def headed(self) -> bool:
+        """Whether every scope record has a head (format 3 on): one that cannot be found is damage."""
+        return self.format >= HEADED_FORMAT
+
+    def give_heads(self, old_format: int) -> None:
+        """Moving a store to format 3: give a head at version 0 to every scope that has none.
+
+        Only to scopes that hold no commit and no checkpoint (created, never
+        committed: format 2 wrote a head with every commit). One that holds
+        records but no head is left without one, so loading it reports the
+        damage; in a store of format 1, which may predate heads, it gets the
+        newest version it holds instead.
+        """
+        scopes, log, ckpt = self.dbs["scopes"], self.dbs["log"], self.dbs["ckpt"]
+        given = 0
+        with self.env.begin(write=True) as txn:
+            with txn.cursor(db=scopes) as cur:
+                keys = [k for k, _ in prefix_items(cur, b"", values=False)]
+            for key in keys:
+                head_key = key + HEAD_SUFFIX
+                with txn.cursor(db=log) as cur:
+                    logged = prefix_items(cur, key, values=False)
+                if any(k == head_key for k, _ in logged):
+                    continue
+                with txn.cursor(db=ckpt) as cur:
+                    versions = [version_of(k) for k, _ in logged + prefix_items(cur, key, values=False)]
+                if versions and old_format >= 2:
+                    continue
+                version = max(versions, default=0)
+                txn.put(head_key, self._sealed(encode_head(head_key, version), "log", head_key), db=log)
+                given += 1
+        if given:
+            logger.info("gave %d scopes of %s a head record (store format 3)", given, self.path)
 
     def last_txnid(self) -> int:
         """The id of the newest write transaction committed to the store, by any process.
@@ -880,18 +1015,24 @@ class Store:
         log = self.dbs.get("log")
         keys = [(ref, self.layout.head_key(ref)) for ref in refs]
 
-        def read() -> tuple[int, list[bytes | None]]:
+        def read() -> tuple[int, list[list[bytes]]]:
             with self.env.begin() as txn:
                 if log is None:
-                    return int(txn.id()), [None] * len(keys)
-                return int(txn.id()), [
-                    None if (raw := txn.get(key, db=log)) is None else bytes(raw) for _ref, key in keys
-                ]
+                    return int(txn.id()), [[] for _ in keys]
+                found = []
+                with txn.cursor(db=log) as cur:
+                    for _ref, key in keys:  # read past a damaged key beside it (_seek.py)
+                        found.append([v for k, v in prefix_items(cur, key) if k == key])
+                return int(txn.id()), found
 
         txnid, raws = self._read(read)
-        return txnid, {
-            ref: self._parse_head(ref, key, raw) for (ref, key), raw in zip(keys, raws, strict=True)
-        }
+        out: dict[ScopeRef, int | None] = {}
+        for (ref, key), found in zip(keys, raws, strict=True):
+            version, note = self._newest_head(ref, key, found)
+            if version is None and note is not None:
+                raise CheckpointCorruptError(note, ref=ref)
+            out[ref] = version
+        return txnid, out
 
     def probe(self, ref: ScopeRef) -> tuple[ScopeRecord | None, bool]:
         """``(scope_record(ref), has_records(ref))`` in one read transaction: what a lookup of a
@@ -905,15 +1046,19 @@ class Store:
                 raw = None if scopes is None else txn.get(key, db=scopes)
                 if raw is not None:
                     return bytes(raw), True
-                if log is not None and txn.get(layout.head_key(ref), db=log) is not None:
-                    return None, True
-                for db in (log, ckpt):
-                    if db is None:
-                        continue
-                    cursor = txn.cursor(db=db)
-                    if cursor.set_range(key) and bytes(cursor.key()).startswith(key):
-                        return None, True
-                return None, False
+                # not there, or hidden by a damaged key: every scope has a head in the log, read
+                # past damage beside it (_seek.py); a checkpoint is a second witness
+                stored = False
+                if log is not None:
+                    with txn.cursor(db=log) as cur:
+                        stored = bool(prefix_items(cur, key, values=False))
+                if not stored and ckpt is not None:
+                    with txn.cursor(db=ckpt) as cur:
+                        stored = cur.set_range(key) and bytes(cur.key()).startswith(key)
+                if stored and scopes is not None:  # look for its record past damage too
+                    with txn.cursor(db=scopes) as cur:
+                        raw = next((v for k, v in prefix_items(cur, key) if k == key), None)
+                return raw, stored
 
         raw, stored = self._read(read)
         if raw is None:
@@ -924,9 +1069,7 @@ class Store:
     def has_records(self, ref: ScopeRef) -> bool:
         """Whether any commit, checkpoint or head of ``ref`` is stored (with or without its scope record)."""
         prefix = self.layout.ref_key(ref)
-        if self._get("log", self.layout.head_key(ref)) is not None:
-            return True
-        return any(next(self._scan(db, prefix), None) is not None for db in ("log", "ckpt"))
+        return any(next(self._scan(db, prefix, heads_too=True), None) is not None for db in ("log", "ckpt"))
 
     def checkpoints(self, ref: ScopeRef) -> list[CheckpointInfo]:
         """Stored checkpoints of ``ref``, newest first; unreadable ones are listed with label None."""
@@ -979,7 +1122,10 @@ class Store:
         payload = self._open_record("ckpt", key, raw, ref, version, f"checkpoint v{version} of {ref}")
         if not is_manifest(payload):
             return self.codec.structure_payload(payload, CheckpointRecord, ref, version)
-        by_version = {version_of(k): (k, v) for k, v in rows.get("kv", ())}
+        plen = len(self.layout.ref_key(ref))
+        by_version: dict[int, list[tuple[bytes, bytes]]] = {}
+        for k, v in rows.get("kv", ()):  # in key order: each record, then its parts
+            by_version.setdefault(kv_version(plen, k), []).append((k, v))
 
         def open_record(db: str, k: bytes, r: bytes, v: int | None, what: str) -> Mapping[str, Any]:
             return self._open_record(db, k, r, ref, v, what)
@@ -1003,11 +1149,7 @@ class Store:
                     handle = handles[db]
                     if handle is not None:
                         with txn.cursor(db=handle) as cur:
-                            if cur.set_range(prefix):
-                                for key, value in cur:
-                                    if not key.startswith(prefix):
-                                        break
-                                    items.append((bytes(key), bytes(value)))
+                            items = prefix_items(cur, prefix)
                     out[db] = items
                 for db, key in (gets or {}).items():
                     handle = handles[db]
@@ -1036,11 +1178,15 @@ class Store:
         """Rebuild ``ref``'s state from the newest good checkpoint and the log (see ``_load.py``).
 
         Everything of the scope is read in one read transaction, then decoded outside it.
+        A head that cannot be found (none, or none that passes its check) in a
+        store where the scope must have one (format 3, or it holds records) is
+        reported, with ``report.head_found`` False: the state is what the
+        records found give, which may be short of what was committed.
         """
         prefix = self.layout.ref_key(ref)
         head_key = self.layout.head_key(ref)
         rows = self._rows(prefix, ("log", "ckpt", "chunks", "kv"))
-        head_raw = next((v for k, v in rows["log"] if k == head_key), None)
+        heads = [v for k, v in rows["log"] if k == head_key]
         log = [(k, v) for k, v in rows["log"] if not is_head(k)]
         ckpts = rows["ckpt"]
 
@@ -1048,11 +1194,13 @@ class Store:
             items = log if db == "log" else ckpts
             return iter(reversed(items) if reverse else items)
 
-        try:
-            head = self._parse_head(ref, head_key, head_raw)
-            head_note = None
-        except CheckpointCorruptError as exc:
-            head, head_note = None, str(exc)
+        head, head_note = self._newest_head(ref, head_key, heads)
+        found = head is not None or not (self.headed or log or ckpts)
+        if not found and head_note is None:
+            head_note = (
+                f"no head record of {ref} was found, so how far its log reaches is unknown "
+                "(a damaged key in the store can hide it)"
+            )
         used: list[tuple[bytes, bytes, ScopeState]] = []
 
         def read_checkpoint(key: bytes, raw: bytes) -> ScopeState:
@@ -1072,6 +1220,8 @@ class Store:
             unseal=self.sealer.open,
             read_checkpoint=read_checkpoint,
         )
+        if not found:
+            loaded = (loaded[0], attrs.evolve(loaded[1], head_found=False))
         if upto is None and used:
             self._note_load(ref, used[-1], loaded[0])
         return loaded
@@ -1145,7 +1295,8 @@ class Store:
         def op(t: WriteTxn) -> None:
             for db in ("log", "ckpt", "kv"):  # message chunks stay (retention drops unused roots)
                 for key in t.keys_in(db, prefix):
-                    if version_of(key) > version and not (db == "log" and is_head(key)):
+                    at = kv_version(len(prefix), key) if db == "kv" else version_of(key)
+                    if at > version and not (db == "log" and is_head(key)):
                         raw = t.get(db, key)
                         if raw is not None:
                             t.put("quarantine", db.encode() + b"/" + key, raw)

@@ -23,6 +23,7 @@ import lmdb
 
 from victor_actors import _trace
 from victor_actors._errors import ScopeFailedError, VictorActorsError
+from victor_actors.store._seek import prefix_items
 
 __all__ = ["MAX_MAP_SIZE", "GroupCommitWriter", "ResizeGate", "TxnOp", "WriteTxn"]
 
@@ -105,14 +106,10 @@ class WriteTxn:
         return None if value is None else bytes(value)
 
     def keys_in(self, db: str, prefix: bytes) -> list[bytes]:
-        out = []
+        """Every key under ``prefix`` of ``db``, sorted, each once (read as ``_seek.prefix_items`` reads)."""
         with self.txn.cursor(db=self.dbs[db]) as cur:
-            if cur.set_range(prefix):
-                for key in cur.iternext(keys=True, values=False):
-                    if not key.startswith(prefix):
-                        break
-                    out.append(bytes(key))
-        return out
+            items = prefix_items(cur, prefix, values=False)
+        return sorted({key for key, _ in items})
 
 
 TxnOp = Callable[[WriteTxn], None]

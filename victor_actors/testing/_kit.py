@@ -10,11 +10,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from victor_actors._handle import ScopeHandle
+from victor_actors._kernel import CallObserver
 from victor_actors._manager import GlobalStateManager
 from victor_actors._messages import ApplyRequest, CheckpointRequest, PrepareRequest, RestartRequest
 from victor_actors._model import ScopeRef, StateScope, StateTransition, TransitionType
 from victor_actors._state import ScopeState, StateChanged
 from victor_actors._values import FrozenDict
+from victor_actors.testing._calls import ReadCall, RunMark, WriteCall, call_site, caller, read_call
 from victor_actors.testing._hooks import kernel_of
 
 __all__ = [
@@ -22,7 +24,6 @@ __all__ = [
     "Received",
     "Recorder",
     "assert_commit_order",
-    "assert_isolated",
     "assert_no_partial_batch",
 ]
 
@@ -74,6 +75,7 @@ class Published:
 
 
 Entry = Received | Published
+Call = ReadCall | WriteCall | RunMark
 
 
 class Recorder:
@@ -109,7 +111,9 @@ class Recorder:
         self._current: dict[ScopeRef, Received] = {}
         self._baselines: dict[ScopeRef, ScopeState] = {}
         self._tracked: dict[str, tuple[ScopeRef, ...]] = {}
+        self._calls: list[Call] = []
         self._previous: Callable[[str, ScopeRef, Any], None] | None = None
+        self._previous_calls: CallObserver | None = None
         self._live = False
         self._stopped = False
         if attach:
@@ -147,6 +151,10 @@ class Recorder:
             self._live = True
             self._stopped = False
             manager._set_observer(self.observe)
+            kernel = kernel_of(manager)
+            calls = kernel.calls
+            self._previous_calls = None if calls == self.observe_call else calls
+            kernel.calls = self.observe_call
 
     def detach(self) -> None:
         """Stop recording and give the manager back its previous observer. Idempotent.
@@ -163,6 +171,8 @@ class Recorder:
             self._live = False
             if kernel_of(manager).observer == self.observe:
                 manager._set_observer(self._previous)
+            if kernel_of(manager).calls == self.observe_call:
+                kernel_of(manager).calls = self._previous_calls
 
     @property
     def attached(self) -> bool:
@@ -182,6 +192,32 @@ class Recorder:
         previous = self._previous
         if previous is not None:
             previous(kind, ref, obj)
+
+    def observe_call(self, kind: str, ref: ScopeRef | None, obj: Any) -> None:
+        """The kernel's ``calls`` hook, on the caller's thread: reads, writes, runs (see ``calls()``)."""
+        if not self._stopped:
+            self._on_call(kind, ref, obj)
+        previous = self._previous_calls
+        if previous is not None:
+            previous(kind, ref, obj)
+
+    def _on_call(self, kind: str, ref: ScopeRef | None, obj: Any) -> None:
+        if kind == "run":
+            event, run, report = obj
+            with self._lock:
+                self._seq += 1
+                self._calls.append(RunMark(self._seq, event, run.id, run.session_id, report))
+            return
+        who, site = caller(), call_site(3)
+        with self._lock:
+            self._seq += 1
+            if kind == "read" and ref is not None:
+                self._calls.append(read_call(self._seq, who, site, ref, obj))
+            elif kind == "write" and ref is not None:
+                via, transitions, expected, record, error = obj
+                self._calls.append(
+                    WriteCall(self._seq, who, site, ref, via, transitions, expected, record, error)
+                )
 
     def _on_received(self, ref: ScopeRef, message: Any) -> None:
         cls = message.__class__
@@ -245,6 +281,16 @@ class Recorder:
                 return [e for e in self._entries if isinstance(e, Published)]
             return list(self._published.get(_ref(ref), ()))
 
+    def calls(self) -> list[Call]:
+        """What the callers did, in order: every :class:`ReadCall` (a snapshot handed out), every
+        :class:`WriteCall` (an apply or transact and its outcome) and :class:`RunMark` (a run's start
+        and end), each read and write with its caller (thread or asyncio task) and call site.
+
+        ``seq`` orders them with :meth:`entries`. Recorded only while attached.
+        """
+        with self._lock:
+            return list(self._calls)
+
     def entries(self) -> list[Entry]:
         """Everything recorded, across scopes, in the order it was recorded."""
         with self._lock:
@@ -287,6 +333,7 @@ class Recorder:
             self._published.clear()
             self._current.clear()
             self._tracked.clear()
+            self._calls.clear()
             self._baselines = {ref: cell.state for ref, cell in kernel_of(manager).cells.items()}
 
     def wait_quiet(self, quiet: float = 0.05, timeout: float = 5.0) -> bool:
@@ -430,13 +477,15 @@ def _fmt_event(e: StateChanged) -> str:
     return f"{e.commit_id} v{e.old_version}->v{e.new_version}"
 
 
-def _fail(title: str, problems: list[str]) -> None:
+def _fail(title: str, problems: list[str], note: str | None = None) -> None:
     __tracebackhide__ = True
     listed = problems[:_MAX_LISTED]
     lines = [f"{title}: {len(problems)} problem(s)"]
     lines += [f"  - {p}" for p in listed]
     if len(problems) > len(listed):
         lines.append(f"  ... and {len(problems) - len(listed)} more")
+    if note:
+        lines.append(f"  ({note})")
     raise AssertionError("\n".join(lines))
 
 
@@ -447,187 +496,6 @@ def _settled(rec: Recorder | None, compute: Callable[[], list[str]], settle: flo
         rec.wait_quiet(timeout=settle)
         problems = compute()
     return problems
-
-
-# -- assert_isolated ---------------------------------------------------------------------------
-
-
-def assert_isolated(
-    manager_or_recorder: Recorder | GlobalStateManager, *conversations: ScopeLike, settle: float = 2.0
-) -> None:
-    """Assert that no message or key of one conversation is visible in another.
-
-    ``conversations`` are handles, refs, ``"conversation:id"`` names or bare
-    session ids; none means every conversation the manager holds.
-
-    With a :class:`Recorder` (or a manager one is attached to), for each
-    conversation, read from a fresh snapshot:
-
-    - every message in it arrived in a request sent to that conversation
-      and committed there (or was there when the recorder first saw it):
-      counted, so a message sent once and shown twice is a leak too;
-    - every key in its own state (not its ancestors') holds its baseline
-      value or a value that a committed request sent to that conversation
-      wrote to it.
-
-    The failure message lists each offending message (with its position)
-    or key and value, and the scopes it was actually sent or written to
-    ("it was sent only to conversation:a"), or says that no recorded
-    request carried it at all.
-
-    Without a recorder there is no record of who sent what, so the check
-    is by value: no message and no (key, value) pair of one listed
-    conversation may appear in another. Conversations that legitimately
-    hold identical messages need a recorder.
-    """
-    __tracebackhide__ = True
-    rec = _recorder_of(manager_or_recorder)
-    manager = rec.manager if rec is not None else manager_or_recorder
-    assert isinstance(manager, GlobalStateManager)
-    refs = [_ref(c) for c in conversations] or [
-        r for r in manager.scopes() if r.scope is StateScope.CONVERSATION
-    ]
-    if rec is None:
-        problems = _isolation_by_value(manager, refs)
-        if problems:
-            _fail("conversations are not isolated (compared by value: no recorder is attached)", problems)
-        return
-    problems = _settled(rec, lambda: _isolation_problems(rec, refs), settle)
-    if problems:
-        _fail("conversations are not isolated", problems)
-
-
-def _isolation_problems(rec: Recorder, refs: list[ScopeRef]) -> list[str]:
-    entries, baselines, _tracked = rec._snapshot_data()
-    committed_msgs: dict[ScopeRef, Counter[Hashable]] = {}
-    committed_writes: dict[ScopeRef, dict[str, list[Any]]] = {}
-    sent_to: dict[Hashable, set[ScopeRef]] = {}
-    written_to: dict[str, set[ScopeRef]] = {}
-    seen: set[ScopeRef] = set()
-
-    def note_sent(ref: ScopeRef, transitions: Iterable[StateTransition]) -> None:
-        own = [t for t in transitions if _targets(t, ref)]
-        for m in _messages_of(own):
-            sent_to.setdefault(_hkey(m), set()).add(ref)
-        for key in _writes_of(own):
-            written_to.setdefault(key, set()).add(ref)
-
-    for e in entries:
-        seen.add(e.ref)
-        if isinstance(e, Received):
-            if e.transitions is not None and e.kind in ("apply", "prepare"):
-                note_sent(e.ref, e.transitions)
-            continue
-        req = e.request
-        if req is None or req.ref != e.ref:
-            continue
-        if req.kind in ("apply", "prepare") and req.transitions is not None:
-            transitions = req.transitions
-        elif req.kind == "lock":  # the part came after the lock; the event is the only record of it
-            transitions = e.event.transitions
-            note_sent(e.ref, transitions)
-        else:  # a reset restores earlier content of this scope: nothing new to allow
-            continue
-        own = [t for t in transitions if _targets(t, e.ref)]
-        committed_msgs.setdefault(e.ref, Counter()).update(_hkey(m) for m in _messages_of(own))
-        writes = committed_writes.setdefault(e.ref, {})
-        for key, value in _writes_of(own).items():
-            if value is not _ABSENT:
-                writes.setdefault(key, []).append(value)
-
-    def elsewhere(found: set[ScopeRef] | None, ref: ScopeRef, verb: str) -> str:
-        others = sorted(str(r) for r in (found or set()) if r != ref)
-        if others:
-            return f"it was {verb} only to {', '.join(others)}"
-        if found and ref in found:
-            return f"a request {verb} to it carried it but did not commit"
-        return f"no recorded request {verb} it anywhere"
-
-    problems: list[str] = []
-    flagged: set[tuple[ScopeRef, str, Hashable]] = set()  # reported as never sent: not twice
-    for ref in refs:
-        snap = rec.manager.scope(ref).snapshot()
-        base = baselines.get(ref)
-        if base is None and ref not in seen and snap.version > 0:
-            problems.append(
-                f"{ref} is at version {snap.version} but the recorder never saw it start "
-                "(created from a fork or a store after the recorder attached?): nothing to check it against"
-            )
-            continue
-        allowed: Counter[Hashable] = Counter()
-        if base is not None:
-            allowed.update(_hkey(m) for m in base.messages)
-        allowed.update(committed_msgs.get(ref, Counter()))
-        for index, message in enumerate(snap.messages):
-            mkey = _hkey(message)
-            if allowed[mkey] > 0:
-                allowed[mkey] -= 1
-                continue
-            flagged.add((ref, "message", mkey))
-            problems.append(
-                f"{ref} holds message {_short(message)} at index {index}, which no request sent to "
-                f"{ref} carried (or not that many times); {elsewhere(sent_to.get(mkey), ref, 'sent')}"
-            )
-        writes = committed_writes.get(ref, {})
-        for key, value in snap.state.items():
-            if base is not None and key in base.values and base.values[key] == value:
-                continue
-            if any(v == value for v in writes.get(key, ())):
-                continue
-            flagged.add((ref, "key", (key, _hkey(value))))
-            problems.append(
-                f"{ref} holds key {key!r} = {_short(value, 60)}, which no request sent to {ref} wrote; "
-                f"{elsewhere(written_to.get(key), ref, 'written')}"
-            )
-    # Data of one conversation copied into another through a request is a leak too: the request
-    # explains how it got there, not that it belongs there. Same rule as the by-value check.
-    for problem, (ref, what, item) in _shared_values(rec.manager, refs, same_object=True):
-        if (ref, what, item) not in flagged:
-            problems.append(f"{problem} (it came through a request sent to {ref}: copied from there?)")
-    return problems
-
-
-def _shared_values(
-    manager: GlobalStateManager, refs: list[ScopeRef], *, same_object: bool = False
-) -> list[tuple[str, tuple[ScopeRef, str, Hashable]]]:
-    """Messages and (key, value) pairs that more than one of ``refs`` holds, after the first holder.
-
-    With ``same_object``, only structured values (mappings, sequences) held as the very same
-    object count: what a request copied out of one conversation's snapshot into another. Two
-    conversations that were each sent an equal message hold two different objects.
-    """
-    found: list[tuple[str, tuple[ScopeRef, str, Hashable]]] = []
-    first_holder: dict[Hashable, ScopeRef] = {}
-    pair_holder: dict[tuple[str, Hashable], ScopeRef] = {}
-    snaps = [(ref, manager.scope(ref).snapshot()) for ref in refs]  # keeps every object alive meanwhile
-
-    def ident(value: Any) -> Hashable | None:
-        if not same_object:
-            return _hkey(value)
-        return id(value) if value.__class__ in (FrozenDict, tuple) and value else None
-
-    for ref, snap in snaps:
-        for index, message in enumerate(snap.messages):
-            key = ident(message)
-            if key is None:
-                continue
-            holder = first_holder.setdefault(key, ref)
-            if holder != ref:
-                text = f"{ref} holds message {_short(message)} at index {index}, as {holder} does"
-                found.append((text, (ref, "message", _hkey(message))))
-        for k, value in snap.state.items():
-            vkey = ident(value)
-            if vkey is None:
-                continue
-            holder = pair_holder.setdefault((k, vkey), ref)
-            if holder != ref:
-                text = f"{ref} holds key {k!r} = {_short(value, 60)}, as {holder} does"
-                found.append((text, (ref, "key", (k, _hkey(value)))))
-    return found
-
-
-def _isolation_by_value(manager: GlobalStateManager, refs: list[ScopeRef]) -> list[str]:
-    return [text for text, _item in _shared_values(manager, refs)]
 
 
 # -- assert_no_partial_batch ----------------------------------------------------------------------
