@@ -69,6 +69,7 @@ TARGET_IDS = {
     "groupcommit_sqlite",
     "ray_apply_p50",
     "ray_pipeline_rate",
+    "ray_cross_rate",
     *(f"sdk_{sdk}_{what}" for sdk in ("adk", "openai", "claude") for what in ("one", "p50", "many")),
     "remote_four_sync",
     "remote_p50_sync",

@@ -21,9 +21,9 @@ from victor_actors.bench import ray as ray_bench
 
 RAY_ROWS = {
     "ray_apply_p50", "ray_apply_p99", "ray_pipeline", "ray_pipeline_1", "ray_shards", "ray_vs_local",
-    "ray_cross_p50", "ray_shard_memory", "ray_scope_memory",
+    "ray_cross_p50", "ray_cross_rate", "ray_directory_miss", "ray_shard_memory", "ray_scope_memory",
 }  # fmt: skip
-RAY_TARGETS = {"ray_apply_p50", "ray_pipeline_rate"}
+RAY_TARGETS = {"ray_apply_p50", "ray_pipeline_rate", "ray_cross_rate"}
 
 
 def test_ray_is_registered_off_by_default_and_needs_ray() -> None:
@@ -75,6 +75,10 @@ def test_quick_run_writes_every_row_with_a_same_run_baseline(tmp_path: Path) -> 
     assert scopes["shard_stats"]["scopes"] >= cfg["scope_conversations"]
     x = doc["cross_shard"]  # every batch of the concurrent part was a two-phase commit, none aborted
     assert x["cross_shard"] == x["commits"] and x["aborted"] == 0
+    assert set(x["cpu_us_per_batch"]) == {"driver", "shard_0", "shard_1"}
+    d = doc["directory"]  # each open of a scope the driver had not seen asked the directory once
+    assert d["misses"] == d["scopes"] == cfg["directory_scopes"]
+    assert d["hit"]["median_us"] < d["known"]["median_us"]  # a cached open makes no call
     model = doc["model"]
     assert set(model["nodes"]) == {"10", "100"}
     assert model["nodes"]["100"]["local_per_s"] == pytest.approx(10 * model["nodes"]["10"]["local_per_s"])
@@ -105,7 +109,11 @@ def _result(**over: Any) -> dict[str, Any]:
             "scopes": {"conversations": 1000, "shard": {"bytes_per_conversation": 20_000.0},
                        "local": {"bytes_per_conversation": 10_000.0}},
         },
-        "cross_shard": {"lone": {"n": 10, "median_us": 3000.0}, "per_s": 300.0, "tasks": 50},
+        "cross_shard": {"lone": {"n": 10, "median_us": 3000.0}, "per_s": 300.0, "tasks": 50, "commits": 1000,
+                        "aborted": 0, "cpu_us_per_batch": {"driver": 400.0, "shard_0": 300.0, "shard_1": 300.0}},
+        "directory": {"scopes": 100, "misses": 100, "new": {"n": 100, "median_us": 1500.0},
+                      "known": {"n": 100, "median_us": 900.0}, "hit": {"n": 100, "median_us": 3.0},
+                      "apply": {"n": 100, "median_us": 1200.0}},
         "meta": {"cpus": 2},
     }  # fmt: skip
     doc.update(over)
@@ -134,10 +142,14 @@ def test_the_rows_divide_by_their_same_run_baselines_and_a_miss_explains_itself(
     assert ratios == {
         "ray_apply_p50": 1.2, "ray_apply_p99": pytest.approx(2000 / 1500), "ray_pipeline": 0.02,
         "ray_pipeline_1": 0.016, "ray_shards": 1.25, "ray_vs_local": 0.5, "ray_shard_memory": 1.2,
-        "ray_scope_memory": 2.0, "ray_cross_p50": 2.5,
+        "ray_scope_memory": 2.0, "ray_cross_p50": 2.5, "ray_cross_rate": pytest.approx(300 / (1e6 / 3000)),
+        "ray_directory_miss": 0.75,
     }  # fmt: skip
     verdicts = {t["id"]: t for t in targets if t["id"] in RAY_TARGETS}
     assert verdicts["ray_apply_p50"]["verdict"] == "MET"  # 1.2x <= 1.5x
     rate = verdicts["ray_pipeline_rate"]
     assert rate["verdict"] == "MISSED" and rate["measured"] == 0.5  # 10,000/s against the 20,000/s bound
     assert "10,000 commits/s on 2 shards" in rate["why"] and "driver 100 us" in rate["why"]
+    cross = verdicts["ray_cross_rate"]  # 300/s against the 1,000/s bound, explained by its CPU per batch
+    assert cross["verdict"] == "MISSED" and cross["measured"] == pytest.approx(0.3)
+    assert "300 batches/s" in cross["why"] and "driver 400 us" in cross["why"]

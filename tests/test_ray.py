@@ -1,7 +1,10 @@
 """Scopes sharded over a real local Ray session: placement, the API, isolation, 2PC, failover, events.
 
-One Ray session for the module (``ray.init(num_cpus=2, include_dashboard=False)``); each test opens its
-own ``RayStateManager`` on a fresh directory, so its shard actors and stores are its own.
+One Ray session for the module (``ray.init(num_cpus=2, include_dashboard=False)``). Starting a store's
+shards is the slow part of a test here (two Ray worker processes), so the tests that only read and write
+share one ``RayStateManager`` for the module (``shared``: each uses scope ids of its own, and asserts on
+the global scope relative to where it found it); the tests that kill a shard, plant a fault or need a
+fresh path open their own (``manager``).
 """
 
 from __future__ import annotations
@@ -42,10 +45,20 @@ def ray_session() -> Iterator[None]:
     ray.shutdown()
 
 
+@pytest.fixture(scope="module")
+def shared(ray_session: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayStateManager]:
+    m = RayStateManager.open(
+        tmp_path_factory.mktemp("shared") / "cluster", shards=2, hold_timeout=5.0, request_timeout=30.0
+    )
+    yield m
+    m.shutdown()
+
+
 @pytest.fixture
 def manager(tmp_path: Path) -> Iterator[RayStateManager]:
-    with RayStateManager.open(tmp_path / "cluster", shards=2, hold_timeout=5.0, request_timeout=30.0) as m:
-        yield m
+    m = RayStateManager.open(tmp_path / "cluster", shards=2, hold_timeout=5.0, request_timeout=30.0)
+    yield m
+    m.shutdown()  # the shards are detached: close() alone would leave them to the next test
 
 
 def _on_shard(m: RayStateManager, shard: int, prefix: str, n: int = 1) -> list[Any]:
@@ -103,7 +116,8 @@ def test_placement_keeps_a_team_on_one_shard_and_global_at_home() -> None:
 # -- the API -------------------------------------------------------------------------------------
 
 
-def test_the_api_from_the_driver(manager: RayStateManager) -> None:
+def test_the_api_from_the_driver(shared: RayStateManager) -> None:
+    manager = shared
     conv = manager.get_conversation_state("s1", workflow_id="wf", team_id="t1")
     assert manager.shard_of(conv.ref) == conv.shard == manager.shard_of("team:t1")
     rec = conv.apply(TransitionBatch().add_message({"role": "user", "content": "hi"}), expected_version=None)
@@ -140,7 +154,8 @@ def test_the_api_from_the_driver(manager: RayStateManager) -> None:
     assert stats["shards"] == 2 and stats["commits"] >= 6 and stats["driver_calls"] >= 6
 
 
-def test_errors_cross_with_their_type_and_message(manager: RayStateManager) -> None:
+def test_errors_cross_with_their_type_and_message(shared: RayStateManager) -> None:
+    manager = shared
     conv = manager.get_conversation_state("e1")
     conv.add_message("one")
     with pytest.raises(VersionConflictError) as info:
@@ -158,7 +173,8 @@ def test_errors_cross_with_their_type_and_message(manager: RayStateManager) -> N
         manager.shard_of("conversation:never-opened")
 
 
-def test_garbage_sent_to_a_shard_is_refused_and_changes_nothing(manager: RayStateManager) -> None:
+def test_garbage_sent_to_a_shard_is_refused_and_changes_nothing(shared: RayStateManager) -> None:
+    manager = shared
     from victor_actors.ray import _wire
 
     conv = manager.get_conversation_state("g1")
@@ -175,11 +191,12 @@ def test_garbage_sent_to_a_shard_is_refused_and_changes_nothing(manager: RayStat
     assert conv.version == 1 and conv.get("k") == 1
 
 
-def test_a_frame_whose_ops_are_not_a_list_gets_a_typed_error_reply(manager: RayStateManager) -> None:
+def test_a_frame_whose_ops_are_not_a_list_gets_a_typed_error_reply(shared: RayStateManager) -> None:
     """Regression (issue 28, item 10): a frame whose ``ops`` was ``5`` or ``None`` made the shard's
     ``call`` raise a bare ``TypeError`` (iterating it), which reached the caller as Ray's task error.
     Failed before the fix (``ray.get`` raised). Now the reply is a typed error, nothing is applied,
     and the shard keeps serving."""
+    manager = shared
     from victor_actors.ray import _wire
 
     conv = manager.get_conversation_state("g2")
@@ -197,7 +214,8 @@ def test_a_frame_whose_ops_are_not_a_list_gets_a_typed_error_reply(manager: RayS
     assert conv.get("k") == 2
 
 
-def test_conversations_on_different_shards_are_isolated(manager: RayStateManager) -> None:
+def test_conversations_on_different_shards_are_isolated(shared: RayStateManager) -> None:
+    manager = shared
     (a,) = _on_shard(manager, 0, "iso-a")
     (b,) = _on_shard(manager, 1, "iso-b")
     a.set("secret", "a")
@@ -211,42 +229,47 @@ def test_conversations_on_different_shards_are_isolated(manager: RayStateManager
 # -- cross-shard batches ---------------------------------------------------------------------------
 
 
-def test_a_cross_shard_batch_is_all_or_nothing(manager: RayStateManager) -> None:
+def test_a_cross_shard_batch_is_all_or_nothing(shared: RayStateManager) -> None:
+    manager = shared
     (off,) = _on_shard(manager, 1, "x")
     g = manager.get_global_state()
-    rec = off.apply(TransitionBatch().add_message("m").update_state("count", 1, scope="global"))
+    g0 = g.version
+    rec = off.apply(TransitionBatch().add_message("m").update_state("aon", 1, scope="global"))
     assert {r.ref for r in (rec, *rec.related)} == {off.ref, g.ref}
-    assert g.get("count") == 1 and off.snapshot().get_state("count") == 1
+    assert g.get("aon") == 1 and off.snapshot().get_state("aon") == 1
     # the part on the conversation's shard fails: nothing anywhere
     with pytest.raises(VersionConflictError):
         off.apply(
-            TransitionBatch().add_message("n").update_state("count", 2, scope="global"),
+            TransitionBatch().add_message("n").update_state("aon", 2, scope="global"),
             expected_version={"conversation": 0},
         )
     # the part on global's home fails: nothing anywhere
     with pytest.raises(VersionConflictError):
         off.apply(
-            TransitionBatch().add_message("n").update_state("count", 2, scope="global"),
-            expected_version={"global": 0},
+            TransitionBatch().add_message("n").update_state("aon", 2, scope="global"),
+            expected_version={"global": g0},
         )
-    assert g.version == 1 and off.version == 1 and g.get("count") == 1
+    assert g.version == g0 + 1 and off.version == 1 and g.get("aon") == 1
     assert manager.stats()["shard_held"] == 0
 
 
-def test_a_batch_off_home_that_writes_only_global_commits(manager: RayStateManager) -> None:
+def test_a_batch_off_home_that_writes_only_global_commits(shared: RayStateManager) -> None:
     """Regression (found while writing the test below): a batch applied to a scope off global's home
     that wrote only the global scope sent a part with nothing to write, and the part's dry run
     failed with a bare ``KeyError`` (a ``ScopeFailedError``: "bad shard request"). Failed before
     the fix; the empty part now votes with its scope's version."""
+    manager = shared
     (off,) = _on_shard(manager, 1, "only-global")
     rec = off.apply(TransitionBatch().update_state("total", 5, scope="global"))
     assert {r.ref for r in (rec, *rec.related) if r.committed} == {ScopeRef("global", "global")}
     assert manager.get_global_state().get("total") == 5 and off.version == 0
 
 
-def test_concurrent_cross_shard_batches_lose_no_update_threads(manager: RayStateManager) -> None:
+def test_concurrent_cross_shard_batches_lose_no_update_threads(shared: RayStateManager) -> None:
     """50 conversations on two shards each bump a global counter in one batch with their own message."""
+    manager = shared
     convs = _on_shard(manager, 0, "t-a", 25) + _on_shard(manager, 1, "t-b", 25)
+    g0 = manager.get_global_state().snapshot()
     errors: list[BaseException] = []
 
     def work(c: Any) -> None:
@@ -262,14 +285,16 @@ def test_concurrent_cross_shard_batches_lose_no_update_threads(manager: RayState
         t.join()
     assert not errors
     g = manager.get_global_state().snapshot()
-    assert g.get_state("count") == 50 and g.version == 50
+    assert g.get_state("count") == g0.get_state("count", 0) + 50 and g.version == g0.version + 50
     for c in convs:
         assert list(c.snapshot().messages) == [f"hello from {c.ref.id}"]
     assert manager.stats()["shard_held"] == 0
 
 
-def test_concurrent_cross_shard_batches_lose_no_update_asyncio(manager: RayStateManager) -> None:
+def test_concurrent_cross_shard_batches_lose_no_update_asyncio(shared: RayStateManager) -> None:
+    manager = shared
     convs = _on_shard(manager, 0, "as-a", 10) + _on_shard(manager, 1, "as-b", 10)
+    n0 = manager.get_global_state().get("n", 0)
 
     async def bump(c: Any) -> None:
         while True:
@@ -290,11 +315,12 @@ def test_concurrent_cross_shard_batches_lose_no_update_asyncio(manager: RayState
         await asyncio.gather(*(bump(c) for c in convs))
 
     asyncio.run(go())
-    assert manager.get_global_state().get("n") == 20
+    assert manager.get_global_state().get("n") == n0 + 20
     assert all(c.version == 1 for c in convs)
 
 
-def test_a_run_rolls_back_across_shards(manager: RayStateManager) -> None:
+def test_a_run_rolls_back_across_shards(shared: RayStateManager) -> None:
+    manager = shared
     (a,) = _on_shard(manager, 0, "run-a")
     (b,) = _on_shard(manager, 1, "run-b")
     a.set("k", "before")
@@ -384,10 +410,11 @@ def test_a_run_write_still_waiting_at_the_runs_timeout_never_outlives_the_run(
     assert list(conv.snapshot().messages) == ["before", "after"]
 
 
-def test_a_run_rollback_never_erases_another_writers_commit(manager: RayStateManager) -> None:
+def test_a_run_rollback_never_erases_another_writers_commit(shared: RayStateManager) -> None:
     """Regression: the rollback restored whole scopes to their pre-run versions, so another writer's
     commit made during the run (in the same team) was erased, half of its batch with it. Now the
     undo is by value, as locally, and the other write is left and reported (checked: failed before)."""
+    manager = shared
     run_conv = manager.get_conversation_state("r-run", team_id="tr")
     other = manager.get_conversation_state("r-other", team_id="tr")
     team = manager.get_team_state("tr")
@@ -406,7 +433,8 @@ def test_a_run_rollback_never_erases_another_writers_commit(manager: RayStateMan
     assert any("counter" in c for c in info.value.rollback_report.conflicts)
 
 
-def test_pipelined_aapply_and_apply_many_share_calls(manager: RayStateManager) -> None:
+def test_pipelined_aapply_and_apply_many_share_calls(shared: RayStateManager) -> None:
+    manager = shared
     convs = _on_shard(manager, 0, "p-a", 5) + _on_shard(manager, 1, "p-b", 5)
     before = manager.stats()["driver_calls"]
 
@@ -454,16 +482,17 @@ def test_a_killed_shard_restarts_and_loses_no_acknowledged_commit(manager: RaySt
 
 
 def test_an_unreachable_shard_raises_shard_unavailable(tmp_path: Path) -> None:
-    with RayStateManager.open(tmp_path / "c", shards=2, request_timeout=1.5) as m:
-        (conv,) = _on_shard(m, 1, "gone")
-        conv.add_message("kept")
-        ray.kill(m.shard_actor(1), no_restart=True)
-        with pytest.raises(ShardUnavailableError) as info:
-            conv.add_message("lost")
-        assert info.value.shard == 1 and info.value.may_have_applied
-        with pytest.raises(ShardUnavailableError) as read:
-            conv.snapshot()
-        assert not read.value.may_have_applied
+    m = RayStateManager.open(tmp_path / "c", shards=2, request_timeout=1.5)
+    (conv,) = _on_shard(m, 1, "gone")
+    conv.add_message("kept")
+    ray.kill(m.shard_actor(1), no_restart=True)
+    with pytest.raises(ShardUnavailableError) as info:
+        conv.add_message("lost")
+    assert info.value.shard == 1 and info.value.may_have_applied
+    with pytest.raises(ShardUnavailableError) as read:
+        conv.snapshot()
+    assert not read.value.may_have_applied
+    m.shutdown()
 
 
 @pytest.mark.parametrize("point", ["part_after_prepare", "home_before_commit", "home_after_commit"])
@@ -513,11 +542,13 @@ def test_events_reach_the_driver_in_order_across_a_restart(manager: RayStateMana
     assert seen == list(range(1, 11))
 
 
-def test_snapshots_off_home_are_never_torn_and_never_go_backwards(manager: RayStateManager) -> None:
+def test_snapshots_off_home_are_never_torn_and_never_go_backwards(shared: RayStateManager) -> None:
     """One conversation off home adds a message and bumps global in every batch; readers on other
     threads see, in each snapshot, a global count at least its message count, and a global version
     that never decreases."""
+    manager = shared
     (writer,) = _on_shard(manager, 1, "torn-w")
+    g0 = manager.get_global_state().version
     stop = threading.Event()
     problems: list[str] = []
 
@@ -529,38 +560,74 @@ def test_snapshots_off_home_are_never_torn_and_never_go_backwards(manager: RaySt
             if gv < last:
                 problems.append(f"global went back from {last} to {gv}")
             last = gv
-            if snap.get_state("count", 0) < len(snap.messages):
-                problems.append(f"torn: {len(snap.messages)} messages but count {snap.get_state('count', 0)}")
+            if snap.get_state("torn", 0) < len(snap.messages):
+                problems.append(f"torn: {len(snap.messages)} messages but count {snap.get_state('torn', 0)}")
 
     readers = [threading.Thread(target=read) for _ in range(3)]
     for t in readers:
         t.start()
     for i in range(30):
         writer.apply(
-            TransitionBatch().add_message(i).update_state("count", i + 1, scope="global"),
-            expected_version={"global": i},  # checked at global's home
+            TransitionBatch().add_message(i).update_state("torn", i + 1, scope="global"),
+            expected_version={"global": g0 + i},  # checked at global's home
         )
     stop.set()
     for t in readers:
         t.join()
     assert not problems, problems[:3]
-    assert manager.get_global_state().version == 30
+    assert manager.get_global_state().version == g0 + 30
 
 
 def test_reopening_with_another_shard_count_is_refused(tmp_path: Path) -> None:
-    with RayStateManager.open(tmp_path / "c", shards=2) as m:
-        m.get_conversation_state("a").set("k", 1)
-    with pytest.raises(VictorActorsError, match="2 shards, not 3"):
+    m = RayStateManager.open(tmp_path / "c", shards=2)
+    m.get_conversation_state("a").set("k", 1)
+    with pytest.raises(VictorActorsError, match="2 shards, not 3"):  # while its shards run
+        RayStateManager.open(tmp_path / "c", shards=3)
+    m.shutdown()
+    with pytest.raises(VictorActorsError, match="2 shards, not 3"):  # and from its cluster.json
         RayStateManager.open(tmp_path / "c", shards=3)
     (tmp_path / "bad").mkdir()
     (tmp_path / "bad" / "cluster.json").write_text("{not json")
     with pytest.raises(VictorActorsError, match="unreadable"):
         RayStateManager.open(tmp_path / "bad", shards=2)
-    with RayStateManager.open(tmp_path / "c", shards=2) as m:  # and the state is where it was
-        assert m.get_conversation_state("a").get("k") == 1
+    m = RayStateManager.open(tmp_path / "c", shards=2)  # and the state is where it was
+    assert m.get_conversation_state("a").get("k") == 1
+    m.shutdown()
 
 
-def test_the_asyncio_twins_of_the_manager(manager: RayStateManager) -> None:
+def test_shards_starting_at_once_never_read_a_half_written_layout(tmp_path: Path) -> None:
+    """Regression: the first shard created ``cluster.json`` and wrote it after; a shard starting at the
+    same moment could read it empty and refuse to start ("cluster.json is unreadable"), which failed a
+    ``RayStateManager.open`` in this file under load. Failed before the fix (about 250 of 300 rounds of
+    6 threads saw the error). Now the file is written whole beside it and linked into place."""
+    from victor_actors.ray._shard import check_layout
+
+    for n in range(30):
+        root = tmp_path / f"r{n}"
+        root.mkdir()
+        errors: list[BaseException] = []
+        start = threading.Barrier(6)
+
+        def take(root: Path = root, errors: list[BaseException] = errors, start: Any = start) -> None:
+            start.wait()
+            try:
+                check_layout(str(root), 2)
+            except BaseException as exc:
+                errors.append(exc)
+
+        threads = [threading.Thread(target=take) for _ in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not errors, errors[0]
+        assert [p.name for p in root.iterdir()] == ["cluster.json"]  # no draft left behind
+    with pytest.raises(VictorActorsError, match="cluster of 2 shards, not 3"):
+        check_layout(str(tmp_path / "r0"), 3)
+
+
+def test_the_asyncio_twins_of_the_manager(shared: RayStateManager) -> None:
+    manager = shared
     (a,) = _on_shard(manager, 0, "tw-a")
     (b,) = _on_shard(manager, 1, "tw-b")
 
@@ -591,8 +658,9 @@ def test_a_damaged_prepare_record_stops_the_shard_with_a_typed_error(tmp_path: P
     import lmdb
 
     root = tmp_path / "c"
-    with RayStateManager.open(root, shards=2) as m:
-        m.get_conversation_state("a").set("k", 1)
+    m = RayStateManager.open(root, shards=2)
+    m.get_conversation_state("a").set("k", 1)
+    m.shutdown()
     env = lmdb.open(str(root / "shard-1.2pc"), max_dbs=2)
     with env.begin(write=True, db=env.open_db(b"txn")) as t:
         t.put(b"tx-damaged", b"VA\x00garbage")
@@ -615,7 +683,8 @@ def _wait_for_result(handle: Any, request_id: str) -> Any:
     return handle.snapshot()
 
 
-def test_tool_executors_registered_on_the_driver(manager: RayStateManager) -> None:
+def test_tool_executors_registered_on_the_driver(shared: RayStateManager) -> None:
+    manager = shared
     seen: list[Any] = []
     manager.register_tool("lookup", lambda call: (seen.append(call), {"answer": call.arguments["q"] * 2})[1])
     manager.register_tool("broken", lambda call: 1 / 0)
@@ -677,3 +746,43 @@ def test_message_removals_and_their_rollback_on_the_shards(manager: RayStateMana
     assert not info.value.rollback_report.conflicts
     assert sorted(s.messages_restored for s in info.value.rollback_report.scopes) == [1, 2]
     assert list(a.snapshot().messages) == ["a0"] and list(g.snapshot().messages) == ["g0", "g2", "g3"]
+
+
+def test_fifty_concurrent_cross_shard_batches_that_write_global_meet_no_deadline(
+    shared: RayStateManager,
+) -> None:
+    """Issue 24, item 4: global's home held the global scope from a batch's prepare to its commit,
+    three Ray round trips, so under the issue's contention 50 threads sending cross-shard batches that
+    write global failed with ``DeadlineExceededError: global:global stayed held by a cross-shard
+    commit until the request's deadline``. That failure depends on the machine's load: checked
+    against main at load average 4, this test passed there too, so it guards the outcome (every batch
+    commits, global holds every part, no hold is left) rather than failing on main every time. Home
+    now decides by committing global's part like any write (nothing held across a round trip), and
+    decisions that arrive together share a group commit."""
+    manager = shared
+    convs = _on_shard(manager, 1, "hot", 50)
+    g0 = manager.get_global_state().version
+    errors: list[BaseException] = []
+    start = threading.Barrier(len(convs))
+
+    def work(c: Any) -> None:
+        start.wait()
+        for i in range(6):
+            try:
+                c.apply(
+                    TransitionBatch().add_message(i).update_state(f"k-{c.ref.id}", i, scope="global"),
+                    timeout=10.0,
+                )
+            except BaseException as exc:
+                errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(c,)) for c in convs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, [f"{type(e).__name__}: {e}" for e in errors[:3]]
+    g = manager.get_global_state().snapshot()
+    assert g.version == g0 + 300 and all(g.get_state(f"k-{c.ref.id}") == 5 for c in convs)
+    assert all(list(c.snapshot().messages) == list(range(6)) for c in convs)
+    assert manager.stats()["shard_held"] == 0

@@ -13,8 +13,9 @@ the store in :mod:`victor_actors.store`, test hooks in
 from __future__ import annotations
 
 import logging
+import os
 import warnings
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from victor_actors._applier import TransitionApplier, create_snapshot
 from victor_actors._context import current_run_id
@@ -53,8 +54,12 @@ from victor_actors._snapshot import ContextSnapshot
 from victor_actors._state import StateChanged
 from victor_actors._tools import ToolCall, ToolDispatcher
 from victor_actors._values import thaw
-from victor_actors.remote import RemoteStateManager, connect
+from victor_actors.remote import RemoteStateManager
+from victor_actors.remote import connect as _connect_owner
 from victor_actors.store import Keyring
+
+if TYPE_CHECKING:
+    from victor_actors.ray import RayStateManager
 
 logging.getLogger("victor_actors").addHandler(logging.NullHandler())
 
@@ -128,6 +133,40 @@ _MOVED = {
     "StepRecord": "victor_actors.lowlevel",
     "merge": "victor_actors.lowlevel",
 }
+
+
+def connect(
+    url: str,
+    *,
+    token_file: str | os.PathLike[str] | None = None,
+    request_timeout: float = 30.0,
+    connect_timeout: float = 5.0,
+    wait: float = 0.0,
+) -> RemoteStateManager | RayStateManager:
+    """A client of the state at ``url``, with ``GlobalStateManager``'s API.
+
+    ``unix:///path/to/socket`` or ``tcp://host:port``: the store's owner
+    process (:func:`victor_actors.remote.connect`, whose keywords it takes;
+    ``docs/deploying.md``). ``victor-ray:///path/to/store?shards=N``: the
+    Ray shards of that store, attached to (and started if none run yet), on
+    this process's Ray or the cluster at ``&address=`` (``auto``,
+    ``host:port``, Ray Client's ``ray://host:10001``); a ``RayStateManager``
+    (``docs/ray.md``; ``request_timeout`` and ``wait`` apply, a token file is refused).
+    """
+    if isinstance(url, str) and url.lower().startswith("victor-ray:"):
+        from victor_actors.ray._target import connect_ray
+
+        ray_manager: RayStateManager = connect_ray(
+            url, token_file=token_file, request_timeout=request_timeout, wait=wait
+        )
+        return ray_manager
+    return _connect_owner(
+        url,
+        token_file=token_file,
+        request_timeout=request_timeout,
+        connect_timeout=connect_timeout,
+        wait=wait,
+    )
 
 
 def __getattr__(name: str) -> Any:

@@ -39,7 +39,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from victor_actors import GlobalStateManager, TransitionBatch, connect
+from victor_actors import GlobalStateManager, TransitionBatch
+from victor_actors.remote import connect
 
 __all__ = ["MESSAGE", "clock", "flood", "main"]
 

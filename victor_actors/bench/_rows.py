@@ -297,6 +297,21 @@ def _ray_cross(r: Json) -> tuple[float, float, str]:
     return float(x["lone"]["median_us"]), float(r["latency"]["apply"]["median_us"]), note
 
 
+def _ray_cross_rate(r: Json) -> tuple[float, float, str]:
+    x = r["cross_shard"]
+    note = f"{x['commits']:,} batches from {x['tasks']} conversations at once; {x.get('aborted', 0)} aborted"
+    return float(x["per_s"]), 1e6 / float(x["lone"]["median_us"]), note
+
+
+def _ray_directory(r: Json) -> tuple[float, float, str]:
+    d = r["directory"]
+    note = (
+        f"{d['scopes']:,} conversations opened by id by a driver that had not seen them; "
+        f"a cached open {d['hit']['median_us']:,.1f} us"
+    )
+    return float(d["known"]["median_us"]), float(d["apply"]["median_us"]), note
+
+
 def _ray_shard_memory(r: Json) -> tuple[float, float, str]:
     p = r["memory"]["process"]
     note = f"Pss of fresh processes; RSS {p['shard_rss'] / 2**20:,.0f} vs {p['bare_rss'] / 2**20:,.0f} MiB"
@@ -528,6 +543,10 @@ ROWS: tuple[RowSpec, ...] = (
        "higher", _ray_rate("two", "local")),
     _R("ray_cross_p50", "ray", "cross-shard batch (conversation + global) p50 / one-shard apply p50", "us",
        "lower", _ray_cross),
+    _R("ray_cross_rate", "ray", "cross-shard batches writing global, 50 at once / the same one at a time",
+       "ops/s", "higher", _ray_cross_rate),
+    _R("ray_directory_miss", "ray", "directory miss (a scope another driver created) p50 / apply p50", "us",
+       "lower", _ray_directory),
     _R("ray_shard_memory", "ray", "a shard process's memory / a bare Ray actor's", "B", "lower",
        _ray_shard_memory),
     _R("ray_scope_memory", "ray", "anon B per conversation in a shard / in a local manager", "B", "lower",

@@ -2,7 +2,7 @@
 
     python -m victor_actors.bench.ray [--quick] [--json FILE]
 
-Issue 17's benchmark, in one Ray session (``ray.init(num_cpus=2,
+Issues 17 and 24's benchmark, in one Ray session (``ray.init(num_cpus=2,
 include_dashboard=False)``), every figure against a baseline in the same run:
 
 - remote ``apply`` p50 and p99 from the driver, one request at a time, on a
@@ -12,6 +12,10 @@ include_dashboard=False)``), every figure against a baseline in the same run:
 - pipelined ``aapply`` from one asyncio driver (10,000 one-message commits over
   100 conversations, 2,000 in flight) to 2 shards and to 1 shard, in memory,
   against the bare actor fed one call carrying 1,000 requests at a time;
+- cross-shard batches that write global (issue 24): one at a time, then 50
+  conversations at once, with the CPU per batch in the driver and each shard;
+- the directory (issue 24): opening a scope another driver created (a miss)
+  against a cached open and a one-message apply;
 - the costs: a bare Ray call with many in flight (the per-call cost), a shard
   process's memory against a bare Ray actor's, memory per conversation in a
   shard against the same conversations in a local manager, and the Ray
@@ -270,8 +274,7 @@ async def _flood(manager: Any, tag: str, commits: int, convs: int, inflight: int
 def pipelined(manager: Any, tag: str, commits: int, convs: int, inflight: int) -> dict[str, Any]:
     """One pipelined run: commits/s, the Ray calls the driver made, and CPU per commit in each process."""
     before = manager.stats()
-    pids = [actor_pid(manager.shard_actor(n)) for n in range(manager.shards)]
-    procs = {"driver": os.getpid(), **{f"shard_{n}": p for n, p in enumerate(pids) if p}}
+    procs = _processes(manager)
     gc.collect()
     gc.disable()
     cpu0 = {k: cpu_seconds(p) for k, p in procs.items()}
@@ -297,8 +300,10 @@ def cross_shard(manager: Any, lone: int, commits: int, tasks: int) -> dict[str, 
     """Batches writing a conversation off the global scope's shard and global itself (two-phase commit).
 
     ``lone``: one at a time, their latency; then ``commits`` from ``tasks``
-    conversations at once: every one holds the global scope from its prepare
-    to its commit, so together they measure the cluster-wide cap on such batches.
+    conversations at once (issue 24's "50 at once"): each is a prepare on the
+    conversation's shard, a decision on home (global's commit, shared with the
+    decisions that arrive together) and a commit on the conversation's shard;
+    with the CPU per batch in the driver and each shard over that part.
     """
     from victor_actors.ray import HOME
 
@@ -329,8 +334,11 @@ def cross_shard(manager: Any, lone: int, commits: int, tasks: int) -> dict[str, 
         await asyncio.gather(*(worker(w) for w in range(len(convs))))
         return time.perf_counter() - t0
 
+    procs = _processes(manager)
     before = manager.stats()
+    cpu0 = {k: cpu_seconds(p) for k, p in procs.items()}
     seconds = asyncio.run(flood())
+    cpu = {k: cpu_seconds(p) - cpu0[k] for k, p in procs.items()}
     after = manager.stats()
     return {
         "lone": _pct(samples),
@@ -339,7 +347,55 @@ def cross_shard(manager: Any, lone: int, commits: int, tasks: int) -> dict[str, 
         "tasks": len(convs),
         "cross_shard": after["driver_cross_shard"] - before["driver_cross_shard"],
         "aborted": after["driver_cross_shard_aborted"] - before["driver_cross_shard_aborted"],
+        "cpu_us_per_batch": {k: v / commits * 1e6 for k, v in cpu.items()},
     }
+
+
+def directory(manager: Any, scopes: int) -> dict[str, Any]:
+    """What finding a scope by its id costs a driver: a miss against a hit, one open at a time.
+
+    ``new``: the first open of a conversation anywhere (a miss that writes its
+    directory entry, then the shard creates it on the first write; only the
+    open is timed). ``known``: the open of a conversation another driver
+    created, by a driver that has not seen it (this driver with its cache
+    emptied: a miss that reads the entry). ``hit``: the open of a scope the
+    driver has seen (its cache, no call). ``apply``: a one-message apply to an
+    open conversation, the unit a miss is compared with.
+    """
+    tag = uuid.uuid4().hex[:8]
+    names = [f"dir-{tag}-{i}" for i in range(scopes)]
+    new, known, hit, apply = [], [], [], []
+    for name in names:
+        t0 = ns()
+        h = manager.get_conversation_state(name)
+        new.append(ns() - t0)
+        b = TransitionBatch().add_message(MESSAGE)
+        t0 = ns()
+        h.apply(b)
+        apply.append(ns() - t0)
+    misses0 = manager._directory.misses
+    manager._directory.cache.clear()
+    for name in names:
+        t0 = ns()
+        manager.get_conversation_state(name)
+        known.append(ns() - t0)
+    for name in names:
+        t0 = ns()
+        manager.get_conversation_state(name)
+        hit.append(ns() - t0)
+    return {
+        "new": _pct(new),
+        "known": _pct(known),
+        "hit": _pct(hit),
+        "apply": _pct(apply),
+        "misses": manager._directory.misses - misses0,
+        "scopes": scopes,
+    }
+
+
+def _processes(manager: Any) -> dict[str, int]:
+    pids = [actor_pid(manager.shard_actor(n)) for n in range(manager.shards)]
+    return {"driver": os.getpid(), **{f"shard_{n}": p for n, p in enumerate(pids) if p}}
 
 
 def _local_pipelined(manager: GlobalStateManager, tag: str, cfg: dict[str, Any]) -> dict[str, Any]:
@@ -537,6 +593,7 @@ def run(quick: bool) -> dict[str, Any]:
         "scope_conversations": 500 if quick else 5_000,
         "cross_lone": 30 if quick else 200,
         "cross_commits": 100 if quick else 1_000,
+        "directory_scopes": 50 if quick else 500,
     }
     t0 = time.perf_counter()
     # address="local": a new session even when another cluster on this machine would be joined
@@ -590,6 +647,7 @@ def run(quick: bool) -> dict[str, Any]:
             }
             res["call_rate"] = call_rate(echo, small_req, small_reply, cfg["rate_calls"])
             res["cross_shard"] = cross_shard(two, cfg["cross_lone"], cfg["cross_commits"], 50)
+            res["directory"] = directory(two, cfg["directory_scopes"])
         finally:
             two.close()
         try:
@@ -640,7 +698,8 @@ def model_lines(res: dict[str, Any]) -> list[str]:
     lines.append(
         f"the global scope lives on one shard: its writes stay near one shard's rate "
         f"({m['global_home_per_s']:,.0f}/s measured) whatever the number of nodes, and batches writing it "
-        f"from another shard (two-phase commit, each holding global) near {m['cross_shard_per_s']:,.0f}/s"
+        f"from another shard (two-phase commit, decided by global's commits at home) near "
+        f"{m['cross_shard_per_s']:,.0f}/s"
     )
     return lines
 
@@ -659,7 +718,16 @@ def print_report(res: dict[str, Any]) -> None:
     print(
         f"cross-shard batches (a conversation off shard 0 and global): lone p50 "
         f"{x['lone']['median_us']:,.0f} us, {x['per_s']:,.0f}/s from {x['tasks']} conversations at once "
-        f"({x['aborted']} aborted)"
+        f"({x['aborted']} aborted); CPU per batch: "
+        + ", ".join(f"{k} {v:,.0f} us" for k, v in x["cpu_us_per_batch"].items())
+    )
+    d = res["directory"]
+    print(
+        f"directory (one open at a time, {d['scopes']:,} conversations): a new scope's open p50 "
+        f"{d['new']['median_us']:,.0f} us, a scope another driver created p50 "
+        f"{d['known']['median_us']:,.0f} us (a miss), a cached open p50 {d['hit']['median_us']:,.1f} us; "
+        "a one-message apply p50 "
+        f"{d['apply']['median_us']:,.0f} us"
     )
     for name in ("two", "one", "local"):
         cpu = ", ".join(f"{k} {v:,.0f} us" for k, v in tp[name]["cpu_us_per_commit"].items())
@@ -675,7 +743,7 @@ def main() -> int:
     started = time.perf_counter()
     when = datetime.now(UTC).isoformat(timespec="seconds")
     checkout = source_checkout()
-    print("victor_actors Ray benchmark (issue 17): shards in memory, one local Ray session")
+    print("victor_actors Ray benchmark (issues 17 and 24): shards in memory, one local Ray session")
     print(
         f"date: {when}  python: {platform.python_version()}  ray: {version_of('ray')}  cpus: {os.cpu_count()}"
         f"  load average: {load_average()}"

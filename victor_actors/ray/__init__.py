@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from victor_actors.ray._driver import RayRun, RayScopeHandle, RayStateManager, RaySubscription
 from victor_actors.ray._placement import HOME, placement_key, shard_for
-from victor_actors.ray._shard import BATCH_KEY, DEDUPE_WINDOW
 from victor_actors.ray._wire import ShardUnavailableError
+from victor_actors.remote._host import BATCH_KEY, DEDUPE_WINDOW
 
 __all__ = [
     "BATCH_KEY",

@@ -15,14 +15,24 @@ from __future__ import annotations
 
 import hashlib
 
-from victor_actors._model import ScopeRef, StateScope
+from victor_actors._model import GLOBAL_REF, ScopeRef, StateScope
 
-__all__ = ["HOME", "Address", "placement_key", "shard_for"]
+__all__ = [
+    "GLOBAL_ADDRESS",
+    "HOME",
+    "Address",
+    "directory_shard",
+    "lineage_of",
+    "placement_key",
+    "ref_of",
+    "shard_for",
+]
 
 HOME = 0  # the global scope's shard
 
 # (level, id, workflow_id, team_id): everything a shard needs to open the scope with its parents
 Address = tuple[str, str, "str | None", "str | None"]
+GLOBAL_ADDRESS: Address = ("global", "global", None, None)
 
 
 def placement_key(address: Address) -> str:
@@ -57,3 +67,22 @@ def shard_for(address: Address, shards: int) -> int:
 
 def ref_of(address: Address) -> ScopeRef:
     return ScopeRef(StateScope.coerce(address[0]), address[1])
+
+
+def lineage_of(address: Address) -> tuple[ScopeRef, ...]:
+    """The scope's ancestors, nearest first (as ``ScopeState.lineage``)."""
+    level, _ident, wf, team = address
+    if level == StateScope.GLOBAL.value:
+        return ()
+    out = []
+    if wf is not None and level == StateScope.CONVERSATION.value:
+        out.append(ScopeRef(StateScope.WORKFLOW, wf))
+    if team is not None:
+        out.append(ScopeRef(StateScope.TEAM, team))
+    out.append(GLOBAL_REF)
+    return tuple(out)
+
+
+def directory_shard(ref: ScopeRef, shards: int) -> int:
+    """The shard keeping ``ref``'s directory entry: the one hosting it were it directly under global."""
+    return shard_for((ref.scope.value, ref.id, None, None), shards)

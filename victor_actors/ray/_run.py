@@ -24,25 +24,34 @@ run's deadline, as locally.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import time
 import uuid
 from collections.abc import Callable
 from typing import Any, Protocol
 
 from victor_actors._errors import (
+    DeadlineExceededError,
     ScopeAccessError,
     ScopeClosedError,
     TransitionValidationError,
     VersionConflictError,
+    VictorActorsError,
 )
 from victor_actors._model import GLOBAL_REF, ScopeRef, StateScope, StateTransition
-from victor_actors._rollback import RollbackReport
+from victor_actors._rollback import RollbackReport, RunFailedError, RunTimeoutError, ScopeRollback
 from victor_actors._state import StateChanged
 from victor_actors.ray import _wire as w
 from victor_actors.ray._placement import Address
 from victor_actors.ray._wire import ShardUnavailableError
 
-__all__ = ["RayRun", "RunWrite", "refused"]
+__all__ = ["CURRENT_RAY_RUN", "RayRun", "RunWrite", "finish", "refused"]
+
+SETTLE_SLACK = 5.0  # seconds past a run's deadline its rollback waits for the run's writes in flight
+ROLLBACK_WAIT = 10.0  # at least this long for each scope's undo: it rides out a shard's restart
+CURRENT_RAY_RUN: contextvars.ContextVar[RayRun | None] = contextvars.ContextVar(
+    "victor_actors_ray_run", default=None
+)
 
 
 class RayScopeHandle(Protocol):
@@ -52,6 +61,16 @@ class RayScopeHandle(Protocol):
     address: Address
     shard: int
     _manager: Any
+
+
+class Driver(Protocol):
+    """What a run's end needs of its manager (the driver's, which imports this module)."""
+
+    request_timeout: float
+
+    async def _ask(
+        self, owner: int, op: dict[str, Any], timeout: float | None, outcome: Any = None
+    ) -> Any: ...
 
 
 class RayRun:
@@ -193,3 +212,65 @@ def _written(handle: RayScopeHandle, steps: tuple[StateTransition, ...]) -> list
         if ref is not None and ref not in out:
             out.append(ref)
     return out
+
+
+async def finish(manager: Driver, run: RayRun, exc: BaseException | None) -> None:
+    """End ``run`` (on the driver's loop): nothing to do if it succeeded; else roll it back and raise
+    :class:`RunFailedError` or :class:`RunTimeoutError` with the report (a cancellation propagates
+    as it is)."""
+    timed_out = run.remaining <= 0 or isinstance(exc, TimeoutError)
+    if exc is None and not timed_out:
+        run.status = "succeeded"
+        return
+    reason = "timed out" if timed_out and exc is None else f"{type(exc).__name__}: {exc}"
+    report = await roll_back(manager, run, reason)
+    note = ""
+    if report.conflicts:
+        note = f"; left as another writer changed them: {list(report.conflicts)}"
+    if exc is None or isinstance(exc, TimeoutError) or (timed_out and isinstance(exc, DeadlineExceededError)):
+        err = RunTimeoutError(
+            f"run {run.id} exceeded its timeout of {run.timeout} s; its writes were rolled back{note}",
+            run_id=run.id,
+            rollback_report=report,
+        )
+        raise err from exc
+    if not isinstance(exc, Exception):
+        return  # cancellation, KeyboardInterrupt, SystemExit: propagate as they are
+    raise RunFailedError(
+        f"run {run.id} failed ({type(exc).__name__}: {exc}); its writes were rolled back{note}",
+        error=exc,
+        run_id=run.id,
+        rollback_report=report,
+    ) from exc
+
+
+async def roll_back(manager: Driver, run: RayRun, reason: str) -> RollbackReport:
+    """Undo the run's writes scope by scope, each on its shard; failures are reported, not raised.
+
+    First the run's writes still on their way are waited for (up to the run's deadline plus
+    the few seconds a dead shard takes to be noticed); a write still unanswered then, or sent
+    to a shard that died, is in doubt: each scope it may have written looks for its batch id.
+    """
+    doubt = await run._settle(min(manager.request_timeout, max(run.remaining, 0.0) + SETTLE_SLACK))
+    handles = dict(run.handles)
+    batches: dict[ScopeRef, list[str]] = {}
+    for write in doubt:
+        for ref, h in write.handles.items():
+            handles.setdefault(ref, h)
+            batches.setdefault(ref, []).append(write.batch_id)
+
+    async def one(ref: ScopeRef) -> ScopeRollback:
+        h = handles[ref]
+        records = tuple(w.record_to(r) for r in run.commits if r.ref == ref)
+        op = {"k": "rollback", "a": h.address, "run": run.id, "r": records, "b": tuple(batches.get(ref, ()))}
+        try:
+            return w.rollback_from(
+                await manager._ask(h.shard, op, max(manager.request_timeout, ROLLBACK_WAIT))
+            )
+        except VictorActorsError as exc:
+            return ScopeRollback(ref, conflicts=(f"the rollback of {ref} failed: {exc!r}",))
+
+    scopes = await asyncio.gather(*(one(ref) for ref in handles))
+    run.rollback_report = RollbackReport(run.id, reason, tuple(scopes))
+    run.status = "rolled_back"
+    return run.rollback_report

@@ -55,6 +55,7 @@ __all__ = ["IN_FLIGHT", "MAX_OPS", "RETRY_PAUSE", "Client", "Subscription", "bat
 IN_FLIGHT = 2  # calls outstanding per owner
 MAX_OPS = 1000  # operations per call
 RETRY_PAUSE = 0.2  # seconds between attempts to reach an owner that went away
+BYE_WAIT = 2.0  # seconds a closing client gives each owner to hear that its tools are gone
 WRITES = frozenset({"apply", "commit", "restore", "checkpoint", "compact", "rollback", "fork", "run_end"})
 NOT_RETRIED = frozenset({"fork"})  # not idempotent: a second attempt would find the first one's fork
 
@@ -74,47 +75,87 @@ def batch_id() -> str:
     return f"{_batch_prefix}{next(_batch_seq):x}"
 
 
-class _Item:
-    __slots__ = ("attempts", "deadline", "future", "op", "reached")
+Outcome = Callable[["bool | None", Any], None]  # (committed: True, False or unknown; the reply's value)
 
-    def __init__(self, op: dict[str, Any], deadline: float, future: asyncio.Future[Any]) -> None:
+
+class _Item:
+    __slots__ = ("attempts", "deadline", "future", "op", "outcome", "reached")
+
+    def __init__(
+        self, op: dict[str, Any], deadline: float, future: asyncio.Future[Any], outcome: Outcome | None
+    ) -> None:
         self.op = op
         self.deadline = deadline
         self.future = future
         self.attempts = 0
         self.reached = False  # some attempt may have reached the owner
+        self.outcome = outcome  # told how the request ended, however late (a driver-side run's write)
+
+    def settle(self, committed: bool | None, value: Any = None) -> None:
+        if self.outcome is not None:
+            outcome, self.outcome = self.outcome, None
+            outcome(committed, value)
+
+
+class _Queue:
+    """Requests waiting for one of a lane's call streams, and that stream's calls in flight."""
+
+    __slots__ = ("inflight", "items")
+
+    def __init__(self) -> None:
+        self.items: list[_Item] = []
+        self.inflight = 0
 
 
 class Lane:
-    """One owner's queue and its outstanding calls (runs on the client's loop)."""
+    """One owner's queues and their outstanding calls (runs on the client's loop).
+
+    Requests share calls in the lane's main stream, except the client's
+    ``GROUPED`` kinds: each group has a stream of its own (its own queue and
+    its own calls in flight), so that a group whose requests may wait at the
+    owner (a 2PC prepare, for a hold) never delays the others, and requests
+    that must never wait behind them (a 2PC commit, which releases a hold)
+    never queue behind them.
+    """
 
     def __init__(self, client: Client, index: int, transport: Transport) -> None:
         self.client = client
         self.index = index
         self.transport = transport
-        self.queue: list[_Item] = []
-        self.inflight = 0
+        self.main = _Queue()
+        self.groups: dict[str, _Queue] = {}
         self.calls = 0
 
     def submit(self, item: _Item) -> None:
-        if item.op["k"] in self.client.BYPASS:
-            # a step that may wait at the owner (a 2PC step) never takes a lane's slot
-            self.client._loop.create_task(self._send([item], counted=False))
+        kind = item.op["k"]
+        if kind in self.client.BYPASS:
+            # a step that may wait at the owner never takes a slot: a call of its own
+            self.client._loop.create_task(self._send([item], None))
             return
-        self.queue.append(item)
-        self._pump()
+        group = self.client.GROUPED.get(kind)
+        q = self.main if group is None else self.groups.setdefault(group, _Queue())
+        q.items.append(item)
+        self._pump(q)
 
-    def _pump(self) -> None:
+    def _pump(self, q: _Queue) -> None:
         loop = self.client._loop
-        while self.queue and self.inflight < IN_FLIGHT:
-            batch, self.queue = self.queue[:MAX_OPS], self.queue[MAX_OPS:]
-            self.inflight += 1
-            loop.create_task(self._send(batch))
+        while q.items and q.inflight < IN_FLIGHT:
+            batch, q.items = q.items[:MAX_OPS], q.items[MAX_OPS:]
+            q.inflight += 1
+            loop.create_task(self._send(batch, q))
 
-    async def _send(self, batch: list[_Item], counted: bool = True) -> None:
+    async def _send(self, batch: list[_Item], q: _Queue | None) -> None:
         try:
+            live = []
             for item in batch:
+                if item.future.done():  # its deadline passed while it waited: it is not sent (again)
+                    item.settle(None if item.reached else False)
+                    continue
                 item.attempts += 1
+                live.append(item)
+            if not live:
+                return
+            batch = live
             payload = w.encode({"ops": tuple(i.op for i in batch)})
             self.calls += 1
             try:
@@ -124,11 +165,13 @@ class Lane:
                 return
             except VictorActorsError as exc:  # a typed refusal at the door (a wrong token)
                 for item in batch:
+                    item.settle(False)
                     if not item.future.done():
                         item.future.set_exception(exc)
                 return
             except Exception as exc:
                 for item in batch:
+                    item.settle(None)
                     if not item.future.done():
                         item.future.set_exception(
                             ScopeFailedError(
@@ -142,6 +185,7 @@ class Lane:
                 if "e" in reply:
                     err = w.error_from(reply["e"], where)
                     for item in batch:
+                        item.settle(False)
                         if not item.future.done():
                             item.future.set_exception(err)
                     return
@@ -150,12 +194,14 @@ class Lane:
                     raise ScopeFailedError(f"{where} answered {len(results)} of {len(batch)} operations")
             except (VictorActorsError, KeyError, TypeError) as exc:
                 for item in batch:
+                    item.settle(None)
                     if not item.future.done():
                         item.future.set_exception(
                             ScopeFailedError(f"{where} sent an unreadable reply: {exc}")
                         )
                 return
             for item, (ok, value) in zip(batch, results, strict=True):
+                item.settle(bool(ok), value if ok else None)  # first: a run learns before its caller
                 if item.future.done():
                     continue
                 if ok:
@@ -163,9 +209,9 @@ class Lane:
                 else:
                     item.future.set_exception(w.error_from(value, where))
         finally:
-            if counted:
-                self.inflight -= 1
-                self._pump()
+            if q is not None:
+                q.inflight -= 1
+                self._pump(q)
 
     def _retry(self, batch: list[_Item], exc: BaseException) -> None:
         client = self.client
@@ -173,11 +219,13 @@ class Lane:
         again = []
         sent = getattr(exc, "sent", True)  # a transport that cannot tell: it may have arrived
         for item in batch:
-            if item.future.done():
-                continue
             item.reached = item.reached or sent
-            write = item.op["k"] in WRITES
+            if item.future.done():  # its caller stopped waiting: not sent again
+                item.settle(None if item.reached else False)
+                continue
+            write = item.op["k"] in client.WRITES
             if now + RETRY_PAUSE >= item.deadline or client.closed or (write and item.op["k"] in NOT_RETRIED):
+                item.settle(None if item.reached else False)
                 item.future.set_exception(
                     client._unavailable(
                         self.index,
@@ -192,7 +240,7 @@ class Lane:
                     )
                 )
                 continue
-            if item.op["k"] == "apply":
+            if item.op["k"] in client.LOOKUP:
                 item.op["rt"] = True  # the first attempt's outcome is unknown: look it up first
             again.append(item)
         client.counters["retries"] += len(again)
@@ -226,11 +274,17 @@ class Client:
     """The engine under :class:`RemoteStateManager` (one owner) and the Ray manager (one per shard).
 
     Subclasses give the transports and may override :meth:`_unavailable`
-    (the error for an owner that could not be reached) and ``BYPASS`` (the
-    operations that never wait in a lane).
+    (the error for an owner that could not be reached), ``BYPASS`` (the
+    operations that never wait in a lane), ``GROUPED`` (operations that share
+    calls in a stream of their own, see :class:`Lane`), ``WRITES`` (the operations whose
+    lost reply means "may have been applied") and ``LOOKUP`` (the writes a
+    retry marks ``rt``, so the owner looks the first attempt up first).
     """
 
     BYPASS: frozenset[str] = frozenset()
+    GROUPED: Mapping[str, str] = {}  # operation kind -> the lane stream of its own it shares calls in
+    WRITES: frozenset[str] = WRITES  # operations that may change state (a lost reply: maybe applied)
+    LOOKUP: frozenset[str] = frozenset({"apply"})  # retried as "look the first attempt up first"
 
     def __init__(self, transports: Callable[[], list[Transport]], request_timeout: float) -> None:
         self._make_transports = transports
@@ -322,7 +376,15 @@ class Client:
     def _unavailable(self, owner: int, message: str, *, may_have_applied: bool) -> VictorActorsError:
         return OwnerUnavailableError(message, may_have_applied=may_have_applied)
 
-    async def _ask(self, owner: int, op: dict[str, Any], timeout: float | None) -> Any:
+    async def _ask(
+        self, owner: int, op: dict[str, Any], timeout: float | None, outcome: Outcome | None = None
+    ) -> Any:
+        """Send ``op`` to ``owner`` through its lane and return the reply's value (or raise its error).
+
+        ``outcome(committed, value)`` is told how the request ended, however late, whether or not
+        the caller still waits: True with the reply's value, False (refused, or never sent) or None
+        (unknown: sent to an owner that went away, or unanswered).
+        """
         self._check()
         wait = self.request_timeout if timeout is None else timeout
         try:
@@ -330,7 +392,7 @@ class Client:
         except RuntimeError:
             running = None
         if running is self._loop or running is None:
-            return await self._ask_here(owner, op, wait)
+            return await self._submit(owner, op, wait, outcome)
         # From the caller's own loop: hand the request to the client's loop and get the answer back,
         # no task and no wait_for on the hot path; the requests a caller's loop sends in one burst
         # wake the client's loop once, and the replies that arrive together wake the caller's once
@@ -347,7 +409,7 @@ class Client:
                 pending.append((src, answer))
 
         def submit() -> None:
-            self._submit(owner, op, wait).add_done_callback(deliver)
+            self._submit(owner, op, wait, outcome).add_done_callback(deliver)
 
         self._post(submit)
         return await answer
@@ -381,11 +443,13 @@ class Client:
             except RuntimeError:  # the caller's loop is closed: nobody waits any more
                 pass
 
-    def _submit(self, owner: int, op: dict[str, Any], wait: float) -> asyncio.Future[Any]:
+    def _submit(
+        self, owner: int, op: dict[str, Any], wait: float, outcome: Outcome | None = None
+    ) -> asyncio.Future[Any]:
         """Queue ``op`` on its lane (on the client's loop); the future fails at the deadline if unanswered."""
         future: asyncio.Future[Any] = self._loop.create_future()
         op.setdefault("to", wait)
-        self._lanes[owner].submit(_Item(op, time.monotonic() + wait, future))
+        self._lanes[owner].submit(_Item(op, time.monotonic() + wait, future, outcome))
         timer = self._loop.call_later(wait + RETRY_PAUSE * 2, _expire, future, self._lanes[owner], wait)
         future.add_done_callback(lambda _f: timer.cancel())
         return future
@@ -541,6 +605,17 @@ class Client:
         except VictorActorsError:
             pass  # the owner restarted meanwhile: it delivers the request again
 
+    async def _bye(self) -> None:
+        op = {"k": "bye", "cid": self.client_id}
+
+        async def one(owner: int) -> None:
+            try:
+                await asyncio.wait_for(self._direct(owner, dict(op)), BYE_WAIT)
+            except Exception:
+                pass  # an owner that is away forgets us when it restarts, or when we stop polling
+
+        await asyncio.gather(*(one(n) for n in range(len(self._transports))))
+
     # -- closing ------------------------------------------------------------------------
 
     def _close_client(self) -> None:
@@ -555,6 +630,12 @@ class Client:
             return  # a forked child's copy: the parent's threads are not ours to stop
         for poller in (*self._pollers.values(), *self._tool_pollers.values()):
             poller.cancel()
+        if self._tools and threading.current_thread() is not self._thread:
+            # the owners forget our tools now, and hand the calls we hold to another client
+            try:
+                asyncio.run_coroutine_threadsafe(self._bye(), self._loop).result(BYE_WAIT + 1.0)
+            except Exception:
+                pass
 
         async def stop() -> None:
             for t in self._transports:

@@ -24,7 +24,11 @@ once its deadline has passed.
 **Tools.** A client registers the tools it executes; the host registers a
 stand-in executor for each name with the local dispatcher, and hands each
 call only to a client that registered that tool (long poll). The
-dispatcher applies the result as usual, at most once.
+dispatcher applies the result as usual, at most once. A call handed to a
+client that then stops polling (it died) for :data:`TOOL_LIVENESS` seconds,
+or says goodbye, is handed to another client that registered the tool (it
+may then run twice, with the same idempotency key); a call no client takes
+within the tool's timeout is answered with :class:`ToolUnavailableError`.
 """
 
 from __future__ import annotations
@@ -53,23 +57,34 @@ from victor_actors._manager import GlobalStateManager
 from victor_actors._model import GLOBAL_REF, ScopeRef, StateScope, StateTransition
 from victor_actors._rollback import RollbackReport
 from victor_actors._runs import CURRENT_RUN, Run
-from victor_actors._state import StateChanged
+from victor_actors._snapshot import ContextSnapshot
+from victor_actors._state import ScopeState, StateChanged
 from victor_actors._tools import ToolCall
 from victor_actors._values import FrozenDict, check_text
 from victor_actors.remote import _wire as w
 
-__all__ = ["BATCH_KEY", "DEDUPE_WINDOW", "Host", "ToolExecutionError"]
+__all__ = ["BATCH_KEY", "DEDUPE_WINDOW", "Host", "ToolExecutionError", "ToolUnavailableError"]
 
 BATCH_KEY = "victor_actors.batch"  # transition metadata: the client's batch (or transaction) id
 DEDUPE_WINDOW = 256  # stored commits per scope searched for a retried batch id
 RECENT_BATCHES = 65536  # batch ids remembered in memory with their commit
 EVENT_RING = 1024  # live events kept per watched scope for the clients' polls
 RUN_GRACE = 1.0  # seconds after its deadline before an abandoned run is rolled back here
+TOOL_LIVENESS = 5.0  # seconds without a poll before a client's tool calls go to another client
+TOOL_HANDOUTS = 3  # times one call is handed out before its failure is recorded
 Address = tuple[str, str, "str | None", "str | None"]  # (level, id, workflow_id, team_id)
 
 
 class ToolExecutionError(RuntimeError):
     """A client-side tool raised; its message is the client's error, recorded in the TOOL_RESULT."""
+
+
+class ToolUnavailableError(TimeoutError):
+    """No live client that registered the tool took the call within the tool's timeout.
+
+    Recorded as the TOOL_RESULT's error (``"ToolUnavailableError: ..."``), as any executor's
+    failure is: the request is answered, not left pending.
+    """
 
 
 def parse_address(raw: Any) -> Address:
@@ -170,9 +185,27 @@ class _Tools:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.by_client: dict[str, set[str]] = {}
+        self.seen: dict[str, float] = {}  # a client's last poll (monotonic)
         self.timeouts: dict[str, float] = {}
         self.calls: dict[str, dict[str, Any]] = {}  # "scope|request id" -> the call, its answer
         self.proxied: set[str] = set()
+
+    def requeue(self, entry: dict[str, Any], now: float) -> None:
+        """Hand ``entry`` out again (its client went away); under ``lock``."""
+        entry["sent"] = False
+        entry["holder"] = None
+        entry["queued"] = now
+
+    def drop_client(self, client: str, now: float) -> int:
+        """Forget ``client``'s tools; its calls in hand go to another client. Under ``lock``."""
+        self.by_client.pop(client, None)
+        self.seen.pop(client, None)
+        moved = 0
+        for entry in self.calls.values():
+            if entry["holder"] == client and not entry["done"].is_set():
+                self.requeue(entry, now)
+                moved += 1
+        return moved
 
 
 class Host:
@@ -381,7 +414,11 @@ class Host:
 
     async def _snapshot(self, op: Any) -> Any:
         snap = self._scope(op).snapshot()
-        return w.snapshot_to(snap, snap._ancestors)
+        return w.snapshot_to(snap, self._ancestors(snap))
+
+    def _ancestors(self, snap: ContextSnapshot) -> tuple[ScopeState, ...]:
+        """The ancestors a live snapshot is served with (a Ray shard reads global from its mirror)."""
+        return snap._ancestors
 
     # -- pessimistic transactions (transact) ------------------------------------------
 
@@ -421,7 +458,7 @@ class Host:
         txid = os.urandom(12).hex()
         self._txs[txid] = (box, work)
         snap = opened.result()
-        return (txid, w.snapshot_to(snap, snap._ancestors))
+        return (txid, w.snapshot_to(snap, self._ancestors(snap)))
 
     def _tx(self, op: Any) -> tuple[queue.SimpleQueue[tuple[StateTransition, ...] | None], Any]:
         found = self._txs.pop(str(op.get("id")), None)
@@ -641,9 +678,15 @@ class Host:
 
     def _proxy(self, call: ToolCall) -> Any:
         """The local executor of a client-side tool (on the dispatcher's thread): hand the call to a
-        client that registered the tool and wait for its answer; the dispatcher applies the result."""
+        client that registered the tool and wait for its answer; the dispatcher applies the result.
+
+        Bounded: the call waits at most the tool's timeout for a client to take it
+        (:class:`ToolUnavailableError`), and the tool's timeout (and a second) for the client
+        that took it. A client that stops polling meanwhile (it died) loses the call to another.
+        """
         tools = self._tools
         key = f"{call.scope}|{call.request_id}"
+        now = time.monotonic()
         entry: dict[str, Any] = {
             "c": {
                 "k": key,
@@ -658,18 +701,36 @@ class Host:
             "done": threading.Event(),
             "out": None,
             "sent": False,
+            "holder": None,  # the client it was handed to
+            "queued": now,  # when it became free to take
+            "handed": 0.0,  # when it was handed out last
+            "handouts": 0,
         }
         with tools.lock:
             tools.calls[key] = entry
-        loop, event = self._loop, self._tool_event
-        if loop is not None and event is not None:
-            try:
-                loop.call_soon_threadsafe(event.set)
-            except RuntimeError:
-                pass
+        self._wake_tool_polls()
+        timeout = tools.timeouts.get(call.tool_name, 30.0)
         try:
-            if not entry["done"].wait(tools.timeouts.get(call.tool_name, 30.0) + 1.0):
-                raise TimeoutError(f"no client answered tool call {call.request_id} in time")
+            while not entry["done"].wait(0.25):
+                with tools.lock:
+                    now = time.monotonic()
+                    holder = entry["holder"]
+                    if holder is None:
+                        if now - entry["queued"] > timeout:
+                            raise ToolUnavailableError(
+                                f"no client that registered tool {call.tool_name!r} took call "
+                                f"{call.request_id} within {timeout:g} s"
+                            )
+                        continue
+                    gone = holder not in tools.by_client or now - tools.seen.get(holder, 0.0) > TOOL_LIVENESS
+                    if now - entry["handed"] > timeout + 1.0 or (gone and entry["handouts"] >= TOOL_HANDOUTS):
+                        raise TimeoutError(f"no client answered tool call {call.request_id} in time")
+                    if gone:
+                        tools.requeue(entry, now)
+                        self.counters["tool_calls_moved"] += 1
+                    else:
+                        continue
+                self._wake_tool_polls()
             ok, value = entry["out"]
         finally:
             with tools.lock:
@@ -677,6 +738,14 @@ class Host:
         if not ok:
             raise ToolExecutionError(str(value))
         return value
+
+    def _wake_tool_polls(self) -> None:
+        loop, event = self._loop, self._tool_event
+        if loop is not None and event is not None:
+            try:
+                loop.call_soon_threadsafe(event.set)
+            except RuntimeError:
+                pass
 
     async def _register_tools(self, op: Any) -> Any:
         """A client executes these tools: ``(name, timeout)`` pairs, under its client id."""
@@ -694,6 +763,7 @@ class Host:
                     new.append(name)
         with tools.lock:
             tools.by_client[client] = names
+            tools.seen[client] = time.monotonic()
         for name in new:
             self.manager.register_tool(name, self._proxy, timeout=tools.timeouts[name])
         if new and self.manager.store is not None:
@@ -702,19 +772,35 @@ class Host:
         return len(names)
 
     async def _tool_poll(self, op: Any) -> Any:
-        """Calls for the tools this client registered, not yet handed to any client (long poll)."""
+        """Calls for the tools this client registered, not yet handed to any client (long poll).
+
+        Raises:
+            ScopeAccessError: this client registered no tools here (this host restarted, or it
+                said goodbye): it registers them again.
+        """
         client = _text(op.get("cid"), "a client id")
         event = self._tool_event
         assert event is not None
         tools = self._tools
+        with tools.lock:
+            if client not in tools.by_client:
+                raise ScopeAccessError(
+                    f"client {client:.40} registered no tools at {self.name} (it restarted?); "
+                    "register them again"
+                )
 
         def fresh() -> list[Any]:
             out = []
+            now = time.monotonic()
             with tools.lock:
+                tools.seen[client] = now
                 mine = tools.by_client.get(client, set())
                 for entry in tools.calls.values():
                     if not entry["sent"] and entry["name"] in mine:
                         entry["sent"] = True
+                        entry["holder"] = client
+                        entry["handed"] = now
+                        entry["handouts"] += 1
                         out.append(entry["c"])
             return out
 
@@ -733,11 +819,21 @@ class Host:
     async def _tool_done(self, op: Any) -> Any:
         with self._tools.lock:
             entry = self._tools.calls.get(str(op["key"]))
-        if entry is None:
-            return False  # timed out here, or the owner restarted since: the request is redelivered
-        entry["out"] = (bool(op["ok"]), op.get("v"))
-        entry["done"].set()
+            if entry is None or entry["done"].is_set():
+                return False  # timed out here, answered already, or the owner restarted since
+            entry["out"] = (bool(op["ok"]), op.get("v"))
+            entry["done"].set()
         return True
+
+    async def _bye(self, op: Any) -> Any:
+        """A client is leaving (``close()``): its tools are forgotten and its calls in hand go to
+        another client that registered them. Returns how many calls moved."""
+        client = _text(op.get("cid"), "a client id")
+        with self._tools.lock:
+            moved = self._tools.drop_client(client, time.monotonic())
+        if moved:
+            self._wake_tool_polls()
+        return moved
 
     async def _tools_state(self, op: Any) -> Any:
         t = self.manager.tools
@@ -826,6 +922,7 @@ Host.OPS = {
     "tools": Host._register_tools,
     "tool_poll": Host._tool_poll,
     "tool_done": Host._tool_done,
+    "bye": Host._bye,
     "tools_state": Host._tools_state,
     "tools_idle": Host._tools_idle,
     "resume_tools": Host._resume_tools,

@@ -43,6 +43,7 @@ RAY_QUICK: dict[str, Any] = {
 }  # fmt: skip
 REQUEST_TIMEOUT = 1.5  # shorter than a restart: requests caught by a kill fail and are resolved
 AFTER_RECOVERY = 1.5  # seconds of load at least after each shard's recovery
+KILL_WAIT = 60.0  # seconds the killer waits for a shard to answer, or for a commit on it after its recovery
 HOLD_TIMEOUT = 5.0  # a prepared part's hold, when its coordinator went away
 
 
@@ -115,10 +116,10 @@ def _killer(
         rec: dict[str, Any] = {"shard": n, "killed": False, "recovered": False, "calls_before": 0}
         rec.update(calls_after=0, commits_after_recovery=0, recovered_after_seconds=None)
         kills.append(rec)
-        try:
-            rec["calls_before"] = int(manager.shard_stats()[n].get("shard_calls", 0))
-        except VictorActorsError:
+        before = _calls_on(manager, n, stop, KILL_WAIT)
+        if before is None:  # the shard never answered (or the run is over): not killed, and reported
             continue
+        rec["calls_before"] = before
         actor = manager.shard_actor(n)
         killed_at = time.monotonic()
         ray.kill(actor, no_restart=False)
@@ -134,10 +135,30 @@ def _killer(
                 break
             stop.wait(0.05)  # the old process still answers: the kill has not landed yet
         with hub.lock:
-            rec["_commits_at_recovery"] = hub.shard_commits[n]
-            # the load goes on for a while after every recovery, so commits must land on the new process
-            hub.stop_at = max(hub.stop_at, time.monotonic() + AFTER_RECOVERY)
+            rec["_commits_at_recovery"] = at_recovery = hub.shard_commits[n]
+        # the load goes on after every recovery until a commit lands on the new process (at least
+        # AFTER_RECOVERY seconds, at most KILL_WAIT): on a loaded machine the first ones may take a while
+        waited_from = time.monotonic()
+        while not stop.is_set() and time.monotonic() - waited_from < KILL_WAIT:
+            with hub.lock:
+                hub.stop_at = max(hub.stop_at, time.monotonic() + AFTER_RECOVERY)
+                landed = hub.shard_commits[n] > at_recovery
+            if landed:
+                break
+            stop.wait(0.05)  # polling the agents' tally; it orders nothing
         at = time.monotonic() + rng.uniform(0.3, 1.0)  # the next kill
+
+
+def _calls_on(manager: Any, n: int, stop: threading.Event, wait: float) -> int | None:
+    """Shard ``n``'s call counter, asked until it answers (``wait`` seconds at most; a request may
+    miss its short deadline on a loaded machine), or None."""
+    end = time.monotonic() + wait
+    while not stop.is_set() and time.monotonic() < end:
+        try:
+            return int(manager.shard_stats()[n].get("shard_calls", 0))
+        except VictorActorsError:
+            stop.wait(0.05)  # away past the request deadline: ask again
+    return None
 
 
 def _run_async(agents: list[RayAgent]) -> None:
