@@ -89,6 +89,51 @@ def test_a_quick_ray_simulation_passes_with_every_shard_killed_and_recovered(
     )
 
 
+@pytest.mark.timeout(120)
+def test_two_driver_processes_share_the_shards_and_both_drivers_commits_are_checked(
+    ray_session: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 24's ``simulate --ray --shards 2`` with two driver processes: this process runs half the
+    agents, a child process that joins the same Ray and attaches to the same shards runs the other
+    half, every shard is killed once under both, and the invariants are checked over what both drivers
+    were acknowledged. Before ``--drivers`` argparse refused the flag (exit 2): this failed on main."""
+    report_path = tmp_path / "report.json"
+    argv = ["simulate", "--ray", "--shards", "2", "--drivers", "2", "--quick", "--seconds", "4"]
+    code = main([*argv, "--quiet", "--report", str(report_path)])
+    out, _ = capsys.readouterr()
+    report = json.loads(report_path.read_text())
+    assert code == 0, [r for r in report["invariants"] if not r["ok"]]
+    assert out.startswith("PASS: all 11 invariants hold; 4 agents on 2 Ray shards from 2 driver processes"), (
+        out
+    )
+    assert {r["name"] for r in report["invariants"]} == RAY_INVARIANTS
+    assert all(r["ok"] and r["details"] == [] for r in report["invariants"])
+
+    counts = report["counts"]
+    assert counts["drivers"] == report["ray"]["drivers"] == 2
+    by_driver = counts["commits_by_driver"]
+    assert by_driver["0"] > 0 and by_driver["1"] > 0, by_driver
+    assert by_driver["0"] + by_driver["1"] == counts["commits_acknowledged"]
+    # each driver's acknowledged steps are in the stores reopened after the shards stopped, each once
+    assert counts["store_messages_by_driver"] == by_driver
+    # both drivers wrote through both shards while each shard was killed and recovered
+    assert all(counts["teams_per_shard"][str(n)] for n in range(2))
+    assert counts["cross_shard_commits"] > 0
+    kills = report["ray"]["kills"]
+    assert sorted(k["shard"] for k in kills) == [0, 1]
+    assert all(k["killed"] and k["recovered"] for k in kills), kills
+    # this driver's subscriptions saw the other driver's commits, in order (every conversation's)
+    checked = {r["name"]: r["checked"] for r in report["invariants"]}
+    assert checked["events delivered in order across the kills"] > counts["commits_acknowledged"]
+
+
+def test_drivers_needs_ray_and_an_agent_for_each_driver(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["simulate", "--drivers", "2", "--quick"]) == 2
+    assert "--drivers splits the agents of a --ray run" in capsys.readouterr().err
+    assert main(["simulate", "--ray", "--drivers", "5", "--quick"]) == 2  # --quick has 4 agents
+    assert "--drivers 5 is more than the run's 4 agents" in capsys.readouterr().err
+
+
 def test_ray_mode_without_the_ray_package_is_a_clear_usage_error(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

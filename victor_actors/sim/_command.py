@@ -33,7 +33,9 @@ def _verdict(report: dict[str, Any]) -> str:
         runs = sum(c["runs_rolled_back"].values())
         rejected = sum(v["refused"] for v in c["rejected_batches"].values())
         return (
-            f"{head}; {c['agents']} agents on {c['shards']} Ray shards, {c['commits_acknowledged']} commits "
+            f"{head}; {c['agents']} agents on {c['shards']} Ray shards"
+            + (f" from {c['drivers']} driver processes" if c.get("drivers", 1) > 1 else "")
+            + f", {c['commits_acknowledged']} commits "
             f"in {t['load_seconds']} s ({t['commits_per_second']}/s), {c['cross_shard_commits']} "
             f"cross-shard, {c['shard_kills']} shard kills, {runs} runs rolled back, "
             f"{rejected} batches rejected"
@@ -180,6 +182,12 @@ def add_parser(sub: Any) -> None:
         "step (threads only; --steps, default 20)",
     )
     p.add_argument("--shards", type=_positive(int), default=2, help="shards with --ray (default 2)")
+    p.add_argument(
+        "--drivers",
+        type=_positive(int),
+        default=1,
+        help="with --ray: split the agents over N driver processes attached to the same shards (default 1)",
+    )
     p.add_argument("--report", metavar="FILE", help="write the full JSON report to FILE")
     out = p.add_mutually_exclusive_group()
     out.add_argument("--quiet", action="store_true", help="print only the final verdict line")
@@ -203,6 +211,9 @@ def run_command(args: argparse.Namespace) -> int:
     for f in dataclasses.fields(SimConfig):
         if getattr(args, f.name, None) is not None:
             values[f.name] = getattr(args, f.name)
+    if args.drivers != 1 and not args.ray:
+        print("victor-actors: error: --drivers splits the agents of a --ray run; add --ray", file=sys.stderr)
+        return 2
     if args.replay:
         if args.ray or args.kill:
             print(
@@ -212,6 +223,13 @@ def run_command(args: argparse.Namespace) -> int:
             return 2
         values.setdefault("steps", 20)
     config = SimConfig(**values)
+    if args.drivers > config.teams * config.workflows * config.conversations:
+        print(
+            f"victor-actors: error: --drivers {args.drivers} is more than the run's "
+            f"{config.teams * config.workflows * config.conversations} agents: each driver needs one",
+            file=sys.stderr,
+        )
+        return 2
     if config.durability not in ("sync", "async"):
         print("victor-actors: error: --durability is sync or async", file=sys.stderr)
         return 2
@@ -231,7 +249,7 @@ def run_command(args: argparse.Namespace) -> int:
         if args.ray:
             from victor_actors.sim._ray_load import simulate_ray
 
-            report = simulate_ray(config, shards=args.shards, store=path, tick=tick)
+            report = simulate_ray(config, shards=args.shards, store=path, tick=tick, drivers=args.drivers)
         elif args.kill:
             report = simulate_kill(config, store=path, tick=tick)
         else:
@@ -282,7 +300,9 @@ def _print_plan(config: SimConfig, args: argparse.Namespace, path: str, temporar
         print(
             f"victor-actors simulate --ray: {agents} agents ({config.teams} teams x {config.workflows} "
             f"workflows x {config.conversations} conversations; half threads, half asyncio tasks) on "
-            f"{args.shards} Ray shards with stores under {path}, {length}; every shard is killed once "
+            f"{args.shards} Ray shards with stores under {path}, {length}"
+            + (f", split over {args.drivers} driver processes" if args.drivers > 1 else "")
+            + "; every shard is killed once "
             "mid-run and restarted by Ray. Then the shards are settled, the stores reopened, and 11 "
             "invariants checked (exit 1 if one fails). Ray's start-up takes a few seconds.",
             file=sys.stderr,

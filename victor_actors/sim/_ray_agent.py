@@ -66,6 +66,7 @@ class RayHub(Hub):
         self.shard_commits: Counter[int] = Counter()  # acknowledged steps, by the conversation's shard
         self.repaired_rollbacks = 0  # rollbacks a shard kill broke, finished by the agent
         self.interrupted_rollbacks = 0  # rollbacks that raised ShardUnavailableError themselves
+        self.driver = 0  # which driver process runs these agents (``--drivers``), in every step's message
 
 
 def _in_thread(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -131,7 +132,9 @@ class RayAgent(TurnLoop):
         for _ in range(RETRIES):
             snap = yield from self._snapshot()
             versions = {ref.scope.value: v for ref, v in snap.versions().items()}
-            batch = TransitionBatch().add_message({**message(self.name, seq, 1, "step"), "ginc": ginc})
+            batch = TransitionBatch().add_message(
+                {**message(self.name, seq, 1, "step"), "ginc": ginc, "driver": self.hub.driver}
+            )
             batch.update_state("counter", int(snap.get_state("counter", 0)) + 1, scope="team")
             expected = {"conversation": versions["conversation"], "team": versions["team"]}
             if ginc:

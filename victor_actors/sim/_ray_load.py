@@ -14,22 +14,28 @@ acknowledged.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import random
 import shutil
 import tempfile
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from victor_actors import GlobalStateManager, VictorActorsError
 from victor_actors.lowlevel import thaw
 from victor_actors.sim._config import SimConfig, Tick
-from victor_actors.sim._ledger import Expected, Observed
+from victor_actors.sim._ledger import AgentLedger, Expected, Observed
 from victor_actors.sim._load import report
-from victor_actors.sim._ray_agent import RayAgent, RayHub
+from victor_actors.sim._ray_agent import RayHub
+from victor_actors.sim._ray_drivers import (
+    DriverProcess,
+    RemoteAgent,
+    agents_for,
+    merge_result,
+    share,
+    start_agents,
+)
 from victor_actors.sim._ray_invariants import RayFacts, check_ray_invariants
 
 __all__ = ["RAY_DEFAULTS", "RAY_QUICK", "simulate_ray"]
@@ -45,6 +51,7 @@ REQUEST_TIMEOUT = 1.5  # shorter than a restart: requests caught by a kill fail 
 AFTER_RECOVERY = 1.5  # seconds of load at least after each shard's recovery
 KILL_WAIT = 60.0  # seconds the killer waits for a shard to answer, or for a commit on it after its recovery
 HOLD_TIMEOUT = 5.0  # a prepared part's hold, when its coordinator went away
+TIMEOUTS = {"request_timeout": REQUEST_TIMEOUT, "hold_timeout": HOLD_TIMEOUT}  # every driver's
 
 
 def _teams(config: SimConfig, shards: int) -> list[str]:
@@ -80,7 +87,7 @@ class _Events:
         self.start: dict[str, int] = {}
         self.subs: list[Any] = []
 
-    def watch(self, agent: RayAgent) -> None:
+    def watch(self, agent: Any) -> None:
         seen = self.seen.setdefault(agent.name, [])
 
         def on_event(event: Any) -> None:
@@ -161,18 +168,8 @@ def _calls_on(manager: Any, n: int, stop: threading.Event, wait: float) -> int |
     return None
 
 
-def _run_async(agents: list[RayAgent]) -> None:
-    async def main() -> None:
-        # settle and failing runs go through to_thread: room for every agent
-        asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(2 * len(agents) + 4))
-        await asyncio.gather(*(agent.arun() for agent in agents))
-
-    if agents:
-        asyncio.run(main())
-
-
 def _observe_live(
-    manager: Any, agents: list[RayAgent]
+    manager: Any, agents: list[Any]
 ) -> tuple[dict[str, int], dict[str, Any], dict[str, int], int]:
     counters: dict[str, int] = {}
     messages: dict[str, Any] = {}
@@ -218,13 +215,20 @@ def _observe_stores(
 
 
 def simulate_ray(
-    config: SimConfig, *, shards: int = 2, store: str | None = None, tick: Tick | None = None
+    config: SimConfig,
+    *,
+    shards: int = 2,
+    store: str | None = None,
+    tick: Tick | None = None,
+    drivers: int = 1,
 ) -> dict[str, Any]:
     """Run one simulation through ``RayStateManager`` on ``shards`` shards; return the report.
 
     Starts a local Ray instance of its own when Ray is not initialised
     (``address="local"``: never joins a cluster another process started on
-    this machine), and shuts it down at the end.
+    this machine), and shuts it down at the end. ``drivers`` > 1 splits the
+    agents over that many driver processes attached to the same shards (this
+    one and ``drivers - 1`` children, see :mod:`._ray_drivers`).
     """
     import ray
 
@@ -233,18 +237,21 @@ def simulate_ray(
     if owns_ray:
         ray.init(address="local", num_cpus=max(2, shards), include_dashboard=False, log_to_driver=False)
     try:
-        return _simulate_ray(config, shards, store, tick, started)
+        return _simulate_ray(config, shards, store, tick, started, drivers)
     finally:
         if owns_ray:
             ray.shutdown()
 
 
 def _simulate_ray(
-    config: SimConfig, shards: int, store: str | None, tick: Tick | None, started: float
+    config: SimConfig, shards: int, store: str | None, tick: Tick | None, started: float, drivers: int
 ) -> dict[str, Any]:
+    import ray
+
     from victor_actors.ray import RayStateManager
 
     path = store or tempfile.mkdtemp(prefix="victor-actors-simulate-ray-")
+    children: list[DriverProcess] = []
     try:
         manager = RayStateManager.open(
             path,
@@ -253,37 +260,41 @@ def _simulate_ray(
             request_timeout=REQUEST_TIMEOUT,
             hold_timeout=HOLD_TIMEOUT,
         )
-        ray_up = time.monotonic() - started
         kills: list[dict[str, Any]] = []
         events = _Events()
+        remote: dict[str, RemoteAgent] = {}
+        child_stats: list[dict[str, int]] = []
         try:
+            names = _names(config, shards)
+            address = ray.get_runtime_context().gcs_address
+            for d in range(1, drivers):  # started first: they import Ray and attach while we get ready
+                children.append(
+                    DriverProcess.start(config, path, shards, address, d, share(names, d, drivers), TIMEOUTS)
+                )
+            ray_up = time.monotonic() - started
             hub = RayHub(manager, config)
-            agents = [
-                RayAgent(hub, team, wf, name, sibling, is_async=bool(i % 2))
-                for i, (team, wf, name, sibling) in enumerate(_names(config, shards))
-            ]
-            for agent in agents:
+            agents = agents_for(hub, share(names, 0, drivers))
+            for child in children:
+                for team, wf, name, _ in child.names:
+                    conv = manager.get_conversation_state(name, workflow_id=wf, team_id=team)
+                    remote[name] = RemoteAgent(name, conv, AgentLedger(name, team, name), driver=child.driver)
+            everyone: list[Any] = [*agents, *remote.values()]
+            for agent in everyone:  # the other drivers' commits reach this driver's subscribers too
                 events.watch(agent)
+            for child in children:
+                problem = child.wait_ready()
+                if problem:
+                    raise VictorActorsError(f"simulate --ray --drivers {drivers}: {problem}; nothing was run")
             hub.started = time.monotonic()
             hub.stop_at = hub.started + config.seconds
+            for child in children:
+                child.say("GO")
             stop = threading.Event()
             killer = threading.Thread(
                 target=_killer, args=(manager, hub, shards, stop, kills), name="sim-killer", daemon=True
             )
-            threads = [
-                threading.Thread(target=a.run, name=a.name, daemon=True) for a in agents if not a.is_async
-            ]
-            threads.append(
-                threading.Thread(
-                    target=_run_async,
-                    args=([a for a in agents if a.is_async],),
-                    name="sim-asyncio",
-                    daemon=True,
-                )
-            )
             killer.start()
-            for thread in threads:
-                thread.start()
+            threads = start_agents(agents)
             total = config.steps * len(agents) if config.steps is not None else None
             while any(thread.is_alive() for thread in threads):
                 try:
@@ -298,15 +309,25 @@ def _simulate_ray(
                 except KeyboardInterrupt:  # Ctrl-C: the agents finish their turn, then the checks run
                     hub.stopping = True
             elapsed = time.monotonic() - hub.started
+            for child in children:
+                child.say("STOP")
+            for child in children:
+                result = child.wait_result()
+                if isinstance(result, str):
+                    hub.unexpected.append(result)
+                else:
+                    child_stats.append(merge_result(hub, remote, result))
             stop.set()
             killer.join()
             manager.settle(60.0)
-            counters, messages, versions, gcounter = _observe_live(manager, agents)
-            events.wait({a.name: versions[str(a.conv.ref)] for a in agents}, 15.0)
+            counters, messages, versions, gcounter = _observe_live(manager, everyone)
+            events.wait({a.name: versions[str(a.conv.ref)] for a in everyone}, 15.0)
             stats = manager.stats()
             placed = {ref: manager.shard_of(ref) for ref in versions}
         finally:
-            manager.close()
+            for child in children:
+                child.stop()
+            manager.shutdown()  # the run is over: every shard flushes and closes its store
         observed = Observed(counters, messages, versions, stats=stats)
         observed.reopened_counters, observed.reopened_messages, observed.reopened_versions, again = (
             _observe_stores(path, placed, shards)
@@ -316,6 +337,7 @@ def _simulate_ray(
             shutil.rmtree(path, ignore_errors=True)
     for k in kills:
         k["commits_after_recovery"] = hub.shard_commits[k["shard"]] - k.pop("_commits_at_recovery", 0)
+    agents = everyone
     ledgers = [a.ledger for a in agents]
     facts = RayFacts(
         global_acknowledged=sum(a.global_increment for a in agents),
@@ -332,9 +354,12 @@ def _simulate_ray(
     runs = {kind: sum(1 for r in hub.runs if r.kind == kind) for kind in ("timeout", "raise")}
     counts = {
         "agents": len(ledgers),
-        "thread_agents": (len(ledgers) + 1) // 2,
-        "asyncio_agents": len(ledgers) // 2,
+        "thread_agents": sum(1 for a in agents if not a.is_async),
+        "asyncio_agents": sum(1 for a in agents if a.is_async),
         "shards": shards,
+        "drivers": drivers,
+        "commits_by_driver": _by_driver(agents, drivers),
+        "store_messages_by_driver": _in_store_by_driver(observed, drivers),
         "teams_per_shard": {
             str(n): sorted({a.ledger.team for a in agents if a.conv.shard == n}) for n in range(shards)
         },
@@ -342,9 +367,9 @@ def _simulate_ray(
         "commits_acknowledged": hub.commits,
         "commits_by_shard": {str(n): hub.shard_commits[n] for n in range(shards)},
         "global_increments": facts.global_acknowledged,
-        "cross_shard_commits": stats.get("driver_cross_shard", 0),
-        "cross_shard_aborted": stats.get("driver_cross_shard_aborted", 0),
-        "driver_retries": stats.get("driver_retries", 0),
+        "cross_shard_commits": _summed(stats, child_stats, "driver_cross_shard"),
+        "cross_shard_aborted": _summed(stats, child_stats, "driver_cross_shard_aborted"),
+        "driver_retries": _summed(stats, child_stats, "driver_retries"),
         "rejected_batches": {k: {"sent": v[0], "refused": v[1]} for k, v in hub.rejected.items()},
         "shard_kills": sum(1 for k in kills if k["killed"]),
         "runs_rolled_back": runs,
@@ -361,9 +386,32 @@ def _simulate_ray(
         "turns_per_second": round(hub.turns / elapsed, 1) if elapsed else 0.0,
     }
     extra = {
-        "ray": {"shards": shards, "kills": kills},
+        "ray": {"shards": shards, "drivers": drivers, "kills": kills},
         "throughput": throughput,
         "stats": stats,
         "store": store,
     }
     return report(config, results, counts, wall_seconds=round(time.monotonic() - started, 2), **extra)
+
+
+def _summed(stats: dict[str, Any], others: list[dict[str, int]], key: str) -> int:
+    """A driver-side counter over every driver process (each driver counts its own requests)."""
+    return int(stats.get(key, 0)) + sum(o.get(key, 0) for o in others)
+
+
+def _by_driver(agents: list[Any], drivers: int) -> dict[str, int]:
+    """Acknowledged commits by the driver process that was told."""
+    out = {str(d): 0 for d in range(drivers)}
+    for a in agents:
+        out[str(getattr(a, "driver", 0))] += len(a.ledger.acked)
+    return out
+
+
+def _in_store_by_driver(observed: Observed, drivers: int) -> dict[str, int]:
+    """The step messages in the reopened stores, by the driver process that wrote them."""
+    out = {str(d): 0 for d in range(drivers)}
+    for messages in (observed.reopened_messages or {}).values():
+        for m in messages:
+            if isinstance(m, dict) and m.get("kind") == "step" and str(m.get("driver")) in out:
+                out[str(m["driver"])] += 1
+    return out
