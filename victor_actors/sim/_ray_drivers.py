@@ -25,6 +25,7 @@ import asyncio
 import dataclasses
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -243,6 +244,8 @@ def _child(spec: dict[str, Any]) -> int:
 
     from victor_actors.ray import RayStateManager
 
+    # Ctrl-C reaches the whole process group: the main process stops the load and then says STOP
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     config = SimConfig(**spec["config"])
     ray.init(address=spec["address"], log_to_driver=False)  # the main driver's Ray: its shards are there
     try:
