@@ -112,14 +112,42 @@ class _Events:
 def _killer(
     manager: Any, hub: RayHub, shards: int, stop: threading.Event, kills: list[dict[str, Any]]
 ) -> None:
-    """Kill every shard once, a conversations' shard first and the global scope's home last."""
+    """Kill every shard once, a conversations' shard first and the global scope's home last.
+
+    The load goes on until every kill has been checked: the agents' planned end is held open
+    while the killer works (each of its waits is bounded by ``KILL_WAIT``) and set again when it
+    is done, at least ``AFTER_RECOVERY`` seconds after the last recovery. Before, an agent whose
+    turn outlasted the planned end (a rollback waiting for the shards to settle after a kill) left
+    its loop before the killer extended the end, so a shard recovered with no agent left to
+    commit on it and the run failed "no commit was acknowledged on it after it recovered" on a
+    loaded machine (seen in CI).
+    """
+    with hub.lock:
+        keep_until = hub.stop_at
+        hub.stop_at = float("inf")
+    try:
+        keep_until = _kill_each(manager, hub, shards, stop, kills, keep_until)
+    finally:
+        with hub.lock:
+            hub.stop_at = keep_until
+
+
+def _kill_each(
+    manager: Any,
+    hub: RayHub,
+    shards: int,
+    stop: threading.Event,
+    kills: list[dict[str, Any]],
+    keep_until: float,
+) -> float:
+    """The killer's work; returns the time the load must go on until."""
     import ray
 
     rng = random.Random(hub.config.seed)
     at = hub.started + hub.config.seconds * rng.uniform(0.15, 0.3)
     for n in reversed(range(shards)):
         if stop.wait(max(at - time.monotonic(), 0.0)):
-            return
+            return keep_until
         rec: dict[str, Any] = {"shard": n, "killed": False, "recovered": False, "calls_before": 0}
         rec.update(calls_after=0, commits_after_recovery=0, recovered_after_seconds=None)
         kills.append(rec)
@@ -147,13 +175,14 @@ def _killer(
         # AFTER_RECOVERY seconds, at most KILL_WAIT): on a loaded machine the first ones may take a while
         waited_from = time.monotonic()
         while not stop.is_set() and time.monotonic() - waited_from < KILL_WAIT:
+            keep_until = max(keep_until, time.monotonic() + AFTER_RECOVERY)
             with hub.lock:
-                hub.stop_at = max(hub.stop_at, time.monotonic() + AFTER_RECOVERY)
                 landed = hub.shard_commits[n] > at_recovery
             if landed:
                 break
             stop.wait(0.05)  # polling the agents' tally; it orders nothing
         at = time.monotonic() + rng.uniform(0.3, 1.0)  # the next kill
+    return keep_until
 
 
 def _calls_on(manager: Any, n: int, stop: threading.Event, wait: float) -> int | None:
