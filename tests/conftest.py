@@ -6,7 +6,7 @@ import pytest
 
 from victor_actors import GlobalStateManager
 
-# The suite runs on two pytest-xdist workers (README's test command: ``-n 2 --dist loadgroup``).
+# The suite runs on three pytest-xdist workers (README's test command: ``-n 3 --dist loadgroup``).
 # Each file's tests stay together on one worker (a module's fixtures, such as an owner process or a
 # browser, start once), except the files whose tests are each a child process of their own (every
 # docs block, every example), which spread over both workers. The tests that start Ray share one
