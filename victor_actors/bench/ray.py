@@ -31,19 +31,15 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import json
 import os
-import platform
 import threading
 import time
 import uuid
 from collections.abc import Callable
-from datetime import UTC, datetime
 from typing import Any
 
 from victor_actors import GlobalStateManager, TransitionBatch
-from victor_actors.bench._common import cpu_seconds, ns, quick_and_json, version_of
-from victor_actors.bench._machine import git_commit, load_average, source_checkout
+from victor_actors.bench._common import cpu_seconds, ns, run_module
 
 __all__ = ["main", "paper_model"]
 
@@ -739,32 +735,8 @@ def print_report(res: dict[str, Any]) -> None:
 
 
 def main() -> int:
-    args = quick_and_json(__doc__)
-    started = time.perf_counter()
-    when = datetime.now(UTC).isoformat(timespec="seconds")
-    checkout = source_checkout()
-    print("victor_actors Ray benchmark (issues 17 and 24): shards in memory, one local Ray session")
-    print(
-        f"date: {when}  python: {platform.python_version()}  ray: {version_of('ray')}  cpus: {os.cpu_count()}"
-        f"  load average: {load_average()}"
-    )
-    res = run(args.quick)
-    res["meta"] = {
-        "date": when,
-        "python": platform.python_version(),
-        "ray": version_of("ray"),
-        "cpus": os.cpu_count(),
-        "git_commit": None if checkout is None else git_commit(checkout),
-        "load_average_end": load_average(),
-    }
-    res["seconds"] = time.perf_counter() - started
-    print_report(res)
-    print(f"\nwall time {res['seconds']:.1f} s")
-    if args.json:
-        with open(args.json, "w", encoding="utf-8") as fh:
-            json.dump(res, fh, indent=1)
-        print(f"wrote {args.json}")
-    return 0
+    title = "victor_actors Ray benchmark (issues 17 and 24): shards in memory, one local Ray session"
+    return run_module(__doc__, title, run, print_report, ("ray",))
 
 
 if __name__ == "__main__":
