@@ -37,7 +37,7 @@ LAYERS: list[tuple[str, list[str]]] = [
     ),
     ("core", ["_reducer"]),
     ("store", ["store.*"]),
-    ("shell", ["_events", "_crosstxn", "_messages", "_cell", "_threads", "_actor"]),
+    ("shell", ["_events", "_crosstxn", "_messages", "_cell", "_threads", "_inbox", "_actor"]),
     ("kernel", ["_kernel", "_txn"]),
     (
         "services",

@@ -28,12 +28,14 @@ from victor_actors._errors import (
     VictorActorsError,
 )
 from victor_actors._events import Subscription
+from victor_actors._inbox import ScopeInbox
 from victor_actors._messages import (
     ApplyRequest,
     Barrier,
     CheckpointRequest,
     PrepareRequest,
     RestartRequest,
+    SuperviseRequest,
     answer_all,
 )
 from victor_actors._model import ScopeRef
@@ -42,7 +44,7 @@ from victor_actors._reducer import reset as _reset_step
 from victor_actors._state import ScopeState, StateChanged
 from victor_actors._threads import run_on_actor_thread
 
-__all__ = ["ActorHost", "Checkpointer", "Persist", "ScopeActor", "Stager"]
+__all__ = ["ActorHost", "Checkpointer", "Persist", "ScopeActor", "Stager", "stop_actor"]
 
 logger = logging.getLogger("victor_actors")
 _actor_numbers = itertools.count(1)
@@ -103,6 +105,21 @@ class ActorHost(Protocol):
     def reload(self, cell: ScopeCell, reason: str) -> None: ...
 
 
+def stop_actor(actor: pykka.ActorRef[Any]) -> pykka.Future[Any] | None:
+    """Stop a scope's actor: at once if its thread never started (None), else by message (its future).
+
+    The caller holds the cell's lock and has taken the actor out of the cell.
+    """
+    inbox = actor.actor_inbox
+    # an actor whose thread never started is kept alive by its inbox's ``launch`` alone: hold it
+    # before taking that away
+    scope = actor._actor_weakref()
+    if scope is not None and inbox.__class__ is ScopeInbox and inbox.take_unlaunched():
+        scope.discard()
+        return None
+    return actor.stop(block=False)
+
+
 class ScopeActor(pykka.ThreadingActor):
     """One scope instance's actor. Only this thread ever changes the scope.
 
@@ -129,7 +146,7 @@ class ScopeActor(pykka.ThreadingActor):
         # uuid4 (LangGraph's suite does) would see its ids consumed by our actors. Set the same
         # three fields it sets, with a name drawn from a counter instead.
         self.actor_urn = f"urn:victor-actors:{next(_actor_numbers)}:{cell.state.ref}"
-        self.actor_inbox = self._create_actor_inbox()
+        self.actor_inbox: ScopeInbox = ScopeInbox()
         self.actor_stopped = threading.Event()
         self._actor_ref = pykka.ActorRef(self)
         self._persist = persist
@@ -139,6 +156,8 @@ class ScopeActor(pykka.ThreadingActor):
         self._answers: list[tuple[Any, Any]] = []  # committed, published, not yet answered (see _reply)
         self._host = host
         self._cell = cell
+        # a failure of a step run on a caller's thread, to be supervised on this actor's thread
+        self.supervision: pykka.Future[Any] | None = None
 
     def on_start(self) -> None:
         self._cell.owner = threading.current_thread()
@@ -154,8 +173,51 @@ class ScopeActor(pykka.ThreadingActor):
         del self._cell, self._host, self._persist, self._stager, self._checkpointer
 
     def _start_actor_loop(self) -> None:
-        # one thread per live actor, as pykka has it, but threads are reused (see _threads)
+        # one thread per live actor, as pykka has it, but threads are reused (see _threads), and
+        # started only with the actor's first message: callers' steps need no thread (ADR 0032)
+        self.actor_inbox.launch = self._launch
+
+    def _launch(self) -> None:
         run_on_actor_thread(self._actor_loop)
+
+    def discard(self) -> None:
+        """Stop an actor whose thread never started, here (the inbox said so: ``take_unlaunched``)."""
+        self._stop()
+
+    def _handle_receive(self, message: Any) -> Any:
+        # every message (pykka's own stop included) waits for a caller's step in progress, and
+        # counts as outstanding until it is handled (see _inbox): the scope is idle only after
+        inbox = self.actor_inbox
+        inbox.begin()
+        try:
+            return super()._handle_receive(message)
+        finally:
+            inbox.done()
+
+    # -- a step on the caller's thread (ADR 0032) ----------------------------------------------
+
+    def step_here(self, req: ApplyRequest) -> StateChanged:
+        """Handle ``req`` on the calling thread, which holds the inbox's step token.
+
+        The same step as :meth:`_apply` on the actor's thread: admission,
+        the reducer, the durable write, publication, events, tools and the
+        run's bookkeeping, in this scope's commit order. Only supervision of
+        a real fault is not done here: it is queued to the actor's thread
+        (``supervision``, ahead of anything sent after this request) and the
+        caller waits for it once it has released the token.
+        """
+        token = RUN_ID.set(req.run_id) if req.run_id is not None else None
+        try:
+            observer = self._cell.observer
+            if observer is not None:
+                observer("received", self._cell.state.ref, req)
+            return self._apply(req, self._supervise_later)
+        finally:
+            if token is not None:
+                RUN_ID.reset(token)
+
+    def _supervise_later(self, exc: BaseException) -> None:
+        self.supervision = self.actor_ref.ask(SuperviseRequest(exc), block=False)
 
     def on_receive(self, message: Any) -> Any:
         cell = self._cell
@@ -275,6 +337,9 @@ class ScopeActor(pykka.ThreadingActor):
             return None
         if message.__class__ is RestartRequest:
             self._host.reload(self._cell, message.reason)
+            return None
+        if message.__class__ is SuperviseRequest:
+            self._supervise(message.error)
             return None
         if message.__class__ is CheckpointRequest:
             return self._checkpoint(message)
@@ -463,7 +528,9 @@ class ScopeActor(pykka.ThreadingActor):
                 self._host.release_sessions(created)
             raise
 
-    def _apply(self, req: ApplyRequest) -> StateChanged:
+    def _apply(
+        self, req: ApplyRequest, supervise: Callable[[BaseException], None] | None = None
+    ) -> StateChanged:
         cell = self._cell
         state = cell.state
         persist = self._persist
@@ -477,7 +544,7 @@ class ScopeActor(pykka.ThreadingActor):
         except BaseException as exc:
             logger.warning("%s failed while handling a request", state.ref, exc_info=True)
             err = self._failed(state, exc)
-            self._supervise(exc)
+            (self._supervise if supervise is None else supervise)(exc)
             raise err from exc
         if new_state is not state:
             cell.state = new_state

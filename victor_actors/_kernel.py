@@ -37,6 +37,8 @@ from victor_actors._errors import (
     ScopeFailedError,
 )
 from victor_actors._events import EventBus, Subscription
+from victor_actors._inbox import ScopeInbox
+from victor_actors._messages import ApplyRequest
 from victor_actors._model import ScopeRef, StateTransition
 from victor_actors._options import Options
 from victor_actors._snapshot import ContextSnapshot
@@ -309,10 +311,17 @@ class Kernel:
     def ask(self, cell: ScopeCell, message: Any, timeout: float) -> Any:
         """Send ``message`` and wait for the actor's answer (its error is raised here).
 
+        A blocking apply to an idle scope is not sent: the caller runs the
+        scope's step itself (:meth:`step_here`, ADR 0032).
+
         Raises:
             DeadlineExceededError: no answer within ``timeout``; the request may still be handled.
             BackpressureError, RuntimeClosedError, ScopeFailedError: as for :meth:`tell`.
         """
+        if message.__class__ is ApplyRequest and message.reply is None and message.trace is None:
+            done, answer = self.step_here(cell, message, timeout)
+            if done:
+                return answer
         end = time.monotonic() + timeout
         try:
             while True:
@@ -327,6 +336,59 @@ class Kernel:
             ) from None
         except pykka.ActorDeadError:
             raise self.dead(cell.state.ref) from None
+
+    def step_here(self, cell: ScopeCell, req: ApplyRequest, timeout: float) -> tuple[bool, Any]:
+        """Run ``req``'s step on this thread if the scope is idle; (False, None) if it is not.
+
+        Idle: the scope has an actor (one is started for a passivated scope,
+        as a send would), nothing in its mailbox or in hand, no caller's step
+        in progress, and no injected fault waiting (faults are a testing hook
+        that must run where the test put them: on the actor's thread). The
+        step token is taken under the cell's lock with ``busy`` set, so the
+        passivator cannot stop the actor under the step; messages sent
+        meanwhile wait for it. A real fault's supervision runs on the actor's
+        thread before anything sent after this request; the caller waits
+        for it (up to ``timeout``) before the error is raised, as it would
+        have had the actor taken the step.
+        """
+        activated = False
+        try:
+            while True:
+                while cell.evicted:
+                    cell = self.resolve(cell.state.ref)
+                with cell.lock:
+                    if cell.evicted:
+                        continue
+                    actor = cell.actor
+                    if actor is None:
+                        if self.activator is None:
+                            return False, None
+                        actor = self.activator.activate(cell)
+                        activated = True
+                    inbox: Any = actor.actor_inbox
+                    if cell.faults or inbox.__class__ is not ScopeInbox or not inbox.try_claim():
+                        return False, None
+                    scope: Any = actor._actor_weakref()
+                    if scope is None:
+                        inbox.release()
+                        return False, None
+                    cell.busy = True
+                    break
+        finally:
+            if activated and self.activator is not None:
+                self.activator.after_activation()
+        supervision = None
+        try:
+            return True, scope.step_here(req)
+        finally:
+            supervision, scope.supervision = scope.supervision, None
+            cell.busy = False
+            inbox.release()
+            if supervision is not None:
+                try:
+                    supervision.get(timeout=timeout)
+                except Exception:  # the failure is the caller's answer; supervision logs its own
+                    pass
 
     def post(self, cell: ScopeCell, message: Any, deadline: float) -> Any:
         """Put ``message`` in the mailbox and return the pykka future of its answer, without waiting.

@@ -37,6 +37,7 @@ __all__ = [
     "PrepareRequest",
     "ResetTo",
     "RestartRequest",
+    "SuperviseRequest",
     "answer_all",
 ]
 
@@ -143,6 +144,15 @@ class RestartRequest:
 
     def __init__(self, reason: str) -> None:
         self.reason = reason
+
+
+class SuperviseRequest:
+    """Supervise this failure of a step that ran on a caller's thread (on the actor's thread)."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
 
 
 class CheckpointRequest:

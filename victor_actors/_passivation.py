@@ -56,6 +56,7 @@ from typing import Any
 
 import pykka
 
+from victor_actors._actor import stop_actor
 from victor_actors._archive import MemoryArchive
 from victor_actors._cell import ScopeCell
 from victor_actors._errors import RuntimeClosedError
@@ -189,7 +190,7 @@ class Passivator:
             if self._pinned(cell, self._busy_refs() if busy is None else busy):
                 return False
             cell.actor = None
-            cell.stopping = actor.stop(block=False)
+            cell.stopping = stop_actor(actor)
         finally:
             cell.lock.release()
         with self._lock:

@@ -17,7 +17,7 @@ from typing import Any
 
 import pykka
 
-from victor_actors._actor import ScopeActor
+from victor_actors._actor import ScopeActor, stop_actor
 from victor_actors._archive import MemoryArchive
 from victor_actors._cell import ScopeCell, mailbox_depth
 from victor_actors._durability import Durability
@@ -240,7 +240,9 @@ class Runtime:
             with cell.lock:
                 actor, cell.actor = cell.actor, None
             if actor is not None:
-                futures.append(actor.stop(block=False))
+                stopped = stop_actor(actor)
+                if stopped is not None:
+                    futures.append(stopped)
             if cell.stopping is not None:
                 futures.append(cell.stopping)
         deadline = time.monotonic() + timeout
