@@ -13,7 +13,7 @@ from typing import Any
 import attrs
 
 from victor_actors._errors import TransitionValidationError
-from victor_actors._values import FrozenDict, check_text, freeze
+from victor_actors._values import FrozenDict, check_text, freeze, freeze_measured
 
 __all__ = [
     "MAX_ID_BYTES",
@@ -216,8 +216,13 @@ def _check_truncate(ttype: TransitionType, data: Mapping[str, Any]) -> None:
         raise _bad(ttype, field, f"must be a non-negative int, got {_short(value)}")
 
 
-def _validate(ttype: TransitionType, data: dict[str, Any]) -> dict[str, Any]:
-    """Check ``data`` for ``ttype`` and return it frozen, field by field."""
+def _validate(ttype: TransitionType, data: dict[str, Any]) -> tuple[dict[str, Any], int | None, int]:
+    """Check ``data`` for ``ttype`` and return it frozen, field by field, with its height and size bound.
+
+    The height and the bound come from the one walk that freezes the values,
+    so neither the frozen mapping nor the record-size check walks them again
+    (-1: not known, computed when first asked for).
+    """
     required, optional = _FIELDS[ttype]
     if ttype is TransitionType.UPDATE_CAPABILITY and "name" in data and "capability" not in data:
         data["capability"] = data.pop("name")
@@ -239,7 +244,7 @@ def _validate(ttype: TransitionType, data: dict[str, Any]) -> dict[str, Any]:
             inner = inner.transitions
         if not isinstance(inner, (list, tuple)) or not all(isinstance(t, StateTransition) for t in inner):
             raise _bad(ttype, "transitions", "must be a sequence of StateTransition")
-        return {"transitions": tuple(inner)}
+        return {"transitions": tuple(inner)}, None, -1
     if ttype in (TransitionType.UPDATE_STATE, TransitionType.DELETE_STATE):
         _need_str(ttype, data, "key")
     elif ttype is TransitionType.ADD_MESSAGE:
@@ -271,12 +276,20 @@ def _validate(ttype: TransitionType, data: dict[str, Any]) -> dict[str, Any]:
     elif ttype is TransitionType.TRUNCATE_MESSAGES:
         _check_truncate(ttype, data)
     frozen: dict[str, Any] = {}
+    height = 0
+    size = _MAP_HEADER
     for key, value in data.items():
         try:
-            frozen[key] = freeze(value, key)
+            frozen[key], below, bound = freeze_measured(value, key)
         except TransitionValidationError as exc:
             raise _bad(ttype, key, f"holds a value that cannot be stored: {exc}") from None
-    return frozen
+        if below > height:
+            height = below
+        size += bound + _MAP_HEADER + 4 * len(key)
+    return frozen, height + 1, size
+
+
+_MAP_HEADER = 5  # as _values' bound: at most 5 bytes of msgpack header per map, str or list
 
 
 _EMPTY_META = FrozenDict._wrap({})
@@ -335,7 +348,7 @@ class StateTransition:
                 transition_type=ttype.name,
                 field="data",
             )
-        checked = _validate(ttype, dict(data))
+        checked, height, size = _validate(ttype, dict(data))
         if not metadata:
             frozen_meta = _EMPTY_META
         else:
@@ -343,7 +356,7 @@ class StateTransition:
                 frozen_meta = freeze(dict(metadata), "metadata")
             except TransitionValidationError as exc:
                 raise _bad(ttype, "metadata", str(exc)) from None
-        self.__attrs_init__(ttype, FrozenDict._wrap(checked), frozen_meta)
+        self.__attrs_init__(ttype, FrozenDict._wrap(checked, height, size), frozen_meta)
 
     @property
     def scope(self) -> StateScope | None:

@@ -16,7 +16,16 @@ from typing import Any, NoReturn
 
 from victor_actors._errors import TransitionValidationError
 
-__all__ = ["MAX_DEPTH", "FrozenDict", "check_text", "freeze", "register_converter", "size_bound", "thaw"]
+__all__ = [
+    "MAX_DEPTH",
+    "FrozenDict",
+    "check_text",
+    "freeze",
+    "freeze_measured",
+    "register_converter",
+    "size_bound",
+    "thaw",
+]
 
 _INT_MIN = -(2**63)
 _INT_MAX = 2**64 - 1
@@ -205,6 +214,11 @@ def freeze(value: Any, path: str = "") -> Any:
             cannot be stored; the message names the path to the bad part.
     """
     return _freeze(value, path, 0)[0]
+
+
+def freeze_measured(value: Any, path: str = "") -> tuple[Any, int, int]:
+    """:func:`freeze`, with the frozen value's height and its :func:`size_bound` from the same walk."""
+    return _freeze(value, path, 0)
 
 
 def _freeze(value: Any, path: str, depth: int) -> tuple[Any, int, int]:
