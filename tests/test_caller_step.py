@@ -264,3 +264,30 @@ def test_any_mix_of_callers_matches_the_sequential_model(program: list[tuple[str
         got["team"] = team.snapshot().message_count
         assert got == want
         assert team.snapshot().version == want["team"]
+
+
+def test_a_scope_only_blocking_callers_touch_never_starts_a_thread(tmp_path: Path) -> None:
+    """Created, applied to and evicted without its actor's thread ever starting; an asyncio
+    caller's request (a queued message) is what starts it. Before ADR 0032 every activation
+    started the thread (``launch`` did not exist; the thread was started in ``start``)."""
+    with GlobalStateManager.open(tmp_path / "s", durability="sync", max_live_actors=4) as manager:
+        kernel = kernel_of(manager)
+        started_before = {t.ident for t in threading.enumerate()}
+        handles = [manager.get_conversation_state(f"c{i}") for i in range(40)]
+        for h in handles:
+            h.apply(_append("hello"))
+        cell = kernel.cell(handles[-1].ref)
+        assert cell is not None and cell.actor is not None
+        assert cell.actor.actor_inbox.launch is not None  # type: ignore[attr-defined]  # never started
+        new_scope_threads = [
+            t
+            for t in threading.enumerate()
+            if t.ident not in started_before and t.name.startswith("victor-actors-scope")
+        ]
+        assert new_scope_threads == []
+        asyncio.run(handles[-1].aapply(_append("from a loop")))
+        assert cell.actor is None or cell.actor.actor_inbox.launch is None  # type: ignore[attr-defined]
+        manager.quiesce()
+        assert manager.stats()["passivations"] > 0
+    with GlobalStateManager.open(tmp_path / "s") as again:
+        assert all(_items(again.get_conversation_state(f"c{i}")) == ("hello",) for i in range(39))

@@ -172,6 +172,15 @@ class ScopeActor(pykka.ThreadingActor):
         self._cell.owner = None
         del self._cell, self._host, self._persist, self._stager, self._checkpointer
 
+    @classmethod
+    def start(cls, *args: Any, **kwargs: Any) -> pykka.ActorRef[Any]:
+        """pykka's ``start`` without its process-wide registry (a list every stop scans, under a
+        lock): nothing here looks scope actors up there, and a runtime with thousands of live
+        scopes would pay it on every passivation."""
+        actor = cls(*args, **kwargs)
+        actor._start_actor_loop()
+        return actor.actor_ref
+
     def _start_actor_loop(self) -> None:
         # one thread per live actor, as pykka has it, but threads are reused (see _threads), and
         # started only with the actor's first message: callers' steps need no thread (ADR 0032)

@@ -23,7 +23,8 @@ from victor_actors._state import ScopeState
 
 __all__ = ["Observer", "ScopeCell", "mailbox_depth"]
 
-# observer(kind, ref, obj) on the actor's thread: ("received", ref, message) for every request,
+# observer(kind, ref, obj) on the thread running the step (the actor's, or a blocking caller's for an
+# idle scope, ADR 0032): ("received", ref, message) for every request,
 # ("published", ref, event) for every commit. For test recorders; None: off.
 Observer = Callable[[str, ScopeRef, Any], None]
 

@@ -12,7 +12,8 @@ from victor_actors._model import ScopeRef
 __all__ = ["Observer", "inject_fault", "kernel_of", "set_observer"]
 
 # observer(kind, ref, obj): ("received", ref, message) for every request a scope's actor takes,
-# ("published", ref, event) for every commit it publishes; called on the actor's thread.
+# ("published", ref, event) for every commit it publishes; called on the thread that runs the
+# scope's step: its actor's, or the caller's for a blocking apply to an idle scope (ADR 0032).
 Observer = Callable[[str, ScopeRef, Any], None]
 
 
@@ -33,11 +34,13 @@ def inject_fault(
 
 
 def set_observer(manager: GlobalStateManager, observer: Observer | None) -> None:
-    """Watch every scope actor of ``manager``: ``observer(kind, ref, obj)`` on the actor's thread.
+    """Watch every scope of ``manager``: ``observer(kind, ref, obj)`` on the thread running its step.
 
     ``kind`` is ``"received"`` (``obj`` is the request message) or
-    ``"published"`` (``obj`` is the commit's ``StateChanged``). It must be
-    quick and must not block or call back into the scope. None turns it off.
+    ``"published"`` (``obj`` is the commit's ``StateChanged``). It runs on
+    the scope's actor thread, or on the caller's thread when a blocking
+    apply found the scope idle and ran its step there (ADR 0032). It must
+    be quick and must not block or call back into the scope. None turns it off.
     """
     manager._set_observer(observer)
 
