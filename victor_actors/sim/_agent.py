@@ -45,7 +45,7 @@ from victor_actors import (
     VictorActorsError,
 )
 from victor_actors.lowlevel import Step, StepGen, adrive, drive
-from victor_actors.sim._config import KINDS, REJECTS, SimConfig
+from victor_actors.sim._config import KINDS, SimConfig
 from victor_actors.sim._coordinators import message, runner, step_batch
 from victor_actors.sim._hub import Hub
 from victor_actors.sim._ledger import AgentLedger, RunLedger
@@ -295,7 +295,7 @@ class Agent(TurnLoop):
             self.hub.restarts += self.hub.subtree if team else 1
 
     def rejected_batch(self) -> tuple[str, TransitionBatch, dict[str, int] | None, type[Exception]]:
-        kind = self.rng.choice(REJECTS)
+        kind = self.hub.next_reject()
         batch = TransitionBatch().add_message(message(self.name, -1, 0, "rejected"))
         batch.update_state("counter", -1_000_000, scope="team")
         expected = None

@@ -33,11 +33,20 @@ class Hub:
         self.turns = self.commits = self.crashes = self.team_crashes = self.restarts = 0
         self.compensations = self.ambiguous = 0
         self.rejected: dict[str, list[int]] = {kind: [0, 0] for kind in REJECTS}
+        self._rejects_handed = 0
         self.errors: Counter[str] = Counter()
         self.examples: dict[str, str] = {}  # the first message of each kind of error
         self.unexpected: list[str] = []
         self.runs: list[RunLedger] = []
         self.subtree = 1 + config.workflows * (1 + config.conversations)  # a team and its descendants
+
+    def next_reject(self) -> str:
+        """The kind of the next batch that must fail: the kinds in turn, so that even a short run on a
+        starved machine sends each kind (a random pick per agent left one out now and then)."""
+        with self.lock:
+            kind = REJECTS[self._rejects_handed % len(REJECTS)]
+            self._rejects_handed += 1
+        return kind
 
     def emit(self, record: dict[str, Any]) -> None:
         if self.sink is not None:

@@ -43,7 +43,7 @@ from victor_actors import (
 from victor_actors._rollback import RollbackReport, RunFailedError
 from victor_actors.lowlevel import Step, StepGen
 from victor_actors.sim._agent import SimulatedFailure, TurnLoop
-from victor_actors.sim._config import REJECTS, SimConfig
+from victor_actors.sim._config import SimConfig
 from victor_actors.sim._coordinators import message
 from victor_actors.sim._hub import Hub
 from victor_actors.sim._ledger import AgentLedger, RunLedger
@@ -190,7 +190,7 @@ class RayAgent(TurnLoop):
     # -- a batch that must fail -----------------------------------------------------------------
 
     def _rejected_turn(self) -> Turn:
-        kind = self.rng.choice(REJECTS)
+        kind = self.hub.next_reject()
         batch = TransitionBatch().add_message(message(self.name, -1, 0, "rejected"))
         batch.update_state("counter", -1_000_000, scope="team")
         batch.update_state("gcounter", -1_000_000, scope="global")  # crosses shards unless on home
