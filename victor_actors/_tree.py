@@ -31,7 +31,7 @@ from victor_actors._errors import CheckpointCorruptError, RuntimeClosedError, Sc
 from victor_actors._kernel import Kernel
 from victor_actors._model import GLOBAL_REF, ScopeRef, StateScope
 from victor_actors._state import ScopeState
-from victor_actors.store import RecoveryReport, ScopeRecord
+from victor_actors.store import RecoveryReport, Rows, ScopeRecord
 
 __all__ = ["ScopeTree"]
 
@@ -163,8 +163,9 @@ class ScopeTree:
             cell = kernel.cells.get(ref)
             stored = False  # the store holds commits or checkpoints of ref
             if cell is None and kernel.store is not None:
-                record, stored = kernel.store.probe(ref)  # one read transaction
-                cell = None if record is None else self._restore(ref, record)
+                # one read transaction: the scope record and everything its state is built from
+                record, stored, rows = kernel.store.probe_rows(ref)
+                cell = None if record is None else self._restore(ref, record, rows)
             elif cell is None:
                 cell = self._restore(ref)
             if cell is not None:
@@ -245,7 +246,9 @@ class ScopeTree:
         kernel.register(cell)
         return cell
 
-    def _restore(self, ref: ScopeRef, record: ScopeRecord | None = None) -> ScopeCell | None:
+    def _restore(
+        self, ref: ScopeRef, record: ScopeRecord | None = None, rows: Rows | None = None
+    ) -> ScopeCell | None:
         """Bring an evicted or stored scope (and, first, its ancestors) back. Holds the kernel's lock."""
         kernel = self.kernel
         archive = self.archive
@@ -265,7 +268,7 @@ class ScopeTree:
         if record is None:
             return None
         self._restore_ancestors(ref, record.lineage, " from the store")
-        state, report = store.load(ref, record.lineage)
+        state, report = store.load(ref, record.lineage, rows=rows)
         if not report.clean:
             logger.warning("recovered %s at version %d, skipping: %s", ref, state.version, report.skipped)
             if report not in self.recovery_reports:  # a scope refused below is asked for again

@@ -13,7 +13,7 @@ from victor_actors.store._incremental import CheckpointBase
 from victor_actors.store._keys import checkpoint_id, ref_from_key, ref_key, version_of, versioned_key
 from victor_actors.store._load import CheckpointInfo, RecoveryReport, apply_record
 from victor_actors.store._rekey import encrypt_in_place, is_encrypted, rekey
-from victor_actors.store._store import Store
+from victor_actors.store._store import Rows, Store
 from victor_actors.store._writer import TxnOp, WriteTxn
 
 __all__ = [
@@ -25,6 +25,7 @@ __all__ = [
     "CommitRecord",
     "Keyring",
     "RecoveryReport",
+    "Rows",
     "ScopeRecord",
     "Store",
     "TxnOp",

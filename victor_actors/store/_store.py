@@ -109,6 +109,23 @@ logger = logging.getLogger("victor_actors")
 T = TypeVar("T")
 
 
+# Everything of one scope that ``load`` reads, by database: (key, value) pairs in key order.
+Rows = dict[str, list[tuple[bytes, bytes]]]
+_LOAD_RANGES = ("log", "ckpt", "chunks", "kv")
+
+
+def _ranges(txn: Any, handles: Mapping[str, Any], prefix: bytes) -> Rows:
+    """In ``txn``: every record under ``prefix`` of each database of ``handles`` (none if it is absent)."""
+    out: Rows = {}
+    for db, handle in handles.items():
+        items: list[tuple[bytes, bytes]] = []
+        if handle is not None:
+            with txn.cursor(db=handle) as cur:
+                items = prefix_items(cur, prefix)
+        out[db] = items
+    return out
+
+
 class Store:
     """One LMDB environment, owned by one manager for writing.
 
@@ -1037,14 +1054,26 @@ class Store:
     def probe(self, ref: ScopeRef) -> tuple[ScopeRecord | None, bool]:
         """``(scope_record(ref), has_records(ref))`` in one read transaction: what a lookup of a
         scope that is not in memory needs to tell "stored", "new" and "damaged" apart."""
+        record, stored, _rows = self.probe_rows(ref, rows=False)
+        return record, stored
+
+    def probe_rows(self, ref: ScopeRef, *, rows: bool = True) -> tuple[ScopeRecord | None, bool, Rows | None]:
+        """:meth:`probe`, and, for a scope whose record is found, every record :meth:`load` reads, all
+        in one read transaction: bringing an evicted scope back reads the store once (pass the
+        rows to ``load``)."""
         layout = self.layout
         key = layout.ref_key(ref)
         scopes, log, ckpt = self.dbs.get("scopes"), self.dbs.get("log"), self.dbs.get("ckpt")
+        handles = {db: self.dbs.get(db) for db in _LOAD_RANGES}
+        found_rows: Rows | None = None
 
         def read() -> tuple[bytes | None, bool]:
+            nonlocal found_rows
             with self.env.begin() as txn:
                 raw = None if scopes is None else txn.get(key, db=scopes)
                 if raw is not None:
+                    if rows:
+                        found_rows = _ranges(txn, handles, key)
                     return bytes(raw), True
                 # not there, or hidden by a damaged key: every scope has a head in the log, read
                 # past damage beside it (_seek.py); a checkpoint is a second witness
@@ -1062,9 +1091,9 @@ class Store:
 
         raw, stored = self._read(read)
         if raw is None:
-            return None, stored
+            return None, stored, None
         plain = self._unsealed(raw, "scopes", key, f"the scope record of {ref}")
-        return self.codec.decode_scope(plain, ref=ref, place=place("scopes", key)), True
+        return self.codec.decode_scope(plain, ref=ref, place=place("scopes", key)), True, found_rows
 
     def has_records(self, ref: ScopeRef) -> bool:
         """Whether any commit, checkpoint or head of ``ref`` is stored (with or without its scope record)."""
@@ -1142,15 +1171,8 @@ class Store:
         handles = {db: self.dbs.get(db) for db in (*ranges, *(gets or {}))}
 
         def read() -> dict[str, list[tuple[bytes, bytes]]]:
-            out: dict[str, list[tuple[bytes, bytes]]] = {}
             with self.env.begin() as txn:
-                for db in ranges:
-                    items: list[tuple[bytes, bytes]] = []
-                    handle = handles[db]
-                    if handle is not None:
-                        with txn.cursor(db=handle) as cur:
-                            items = prefix_items(cur, prefix)
-                    out[db] = items
+                out = _ranges(txn, {db: handles[db] for db in ranges}, prefix)
                 for db, key in (gets or {}).items():
                     handle = handles[db]
                     raw = None if handle is None else txn.get(key, db=handle)
@@ -1173,7 +1195,12 @@ class Store:
         return sum(len(v) for db in ("log", "ckpt", "chunks", "kv") for _k, v in self._scan(db, prefix))
 
     def load(
-        self, ref: ScopeRef, lineage: tuple[ScopeRef, ...], *, upto: int | None = None
+        self,
+        ref: ScopeRef,
+        lineage: tuple[ScopeRef, ...],
+        *,
+        upto: int | None = None,
+        rows: Rows | None = None,
     ) -> tuple[ScopeState, RecoveryReport]:
         """Rebuild ``ref``'s state from the newest good checkpoint and the log (see ``_load.py``).
 
@@ -1185,7 +1212,8 @@ class Store:
         """
         prefix = self.layout.ref_key(ref)
         head_key = self.layout.head_key(ref)
-        rows = self._rows(prefix, ("log", "ckpt", "chunks", "kv"))
+        if rows is None:  # else read by probe_rows, in the same transaction as the scope record
+            rows = self._rows(prefix, _LOAD_RANGES)
         heads = [v for k, v in rows["log"] if k == head_key]
         log = [(k, v) for k, v in rows["log"] if not is_head(k)]
         ckpts = rows["ckpt"]
