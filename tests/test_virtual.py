@@ -371,3 +371,35 @@ def test_a_scope_in_manual_durability_is_never_evicted(tmp_path: Path) -> None:
         m.passivate_idle(0)
         assert conv.ref in kernel_of(m).cells
         assert conv.get("k") == 1 and conv.version == 1
+
+
+def test_bringing_an_evicted_scope_back_reads_the_store_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A lookup of an evicted scope reads its scope record and everything its state is built from in
+    one read transaction, and so does each evicted ancestor it brings back first (issue 30, item 3).
+    Before ``probe_rows`` each scope took two: the probe (or the scope record), then the load; this
+    lookup (a conversation, its workflow and the global scope) took six."""
+    with GlobalStateManager.open(tmp_path / "s") as manager:
+        conv = manager.get_conversation_state("c", workflow_id="w")
+        for i in range(5):
+            conv.add_message({"role": "user", "content": f"m{i}"})
+        manager.save_checkpoint(conv.ref)
+        conv.add_message({"role": "user", "content": "after the checkpoint"})
+        want = conv.snapshot()
+        assert manager.passivate_idle(0) >= 1
+        assert kernel_of(manager).cell(conv.ref) is None
+        store = kernel_of(manager).store
+        assert store is not None
+        reads: list[int] = []
+        real = store._read
+
+        def counted(fn: Any) -> Any:
+            reads.append(1)
+            return real(fn)
+
+        monkeypatch.setattr(store, "_read", counted)
+        again = manager.get_conversation_state("c")
+        assert len(reads) == 3  # the conversation, its workflow, the global scope: once each
+        got = again.snapshot()
+        assert got.version == want.version and tuple(got.messages) == tuple(want.messages)

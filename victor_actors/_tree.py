@@ -264,7 +264,7 @@ class ScopeTree:
         if store is None:
             return None
         if record is None:
-            record = store.scope_record(ref)
+            record, _stored, rows = store.probe_rows(ref)  # one read transaction for the whole scope
         if record is None:
             return None
         self._restore_ancestors(ref, record.lineage, " from the store")
