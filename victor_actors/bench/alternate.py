@@ -11,13 +11,15 @@ neither side always runs on a machine warmed by the other), each as its own proc
 (``python -m victor_actors.bench.<name> --json FILE``) with ``PYTHONPATH`` set to that side's tree
 alone; before the rounds each side's interpreter is checked to import ``victor_actors`` from its
 tree. Then one table: per row, the median over the rounds of the measured value on each side and
-new / old, and each side's median same-run ratio to the row's own baseline (which cancels drift the
-two sides did not share).
+new / old, the range of new / old over the rounds (each round's pair ran back to back: a range
+that straddles 1.0x is noise), and each side's median same-run ratio to the row's own baseline
+(which cancels drift the two sides did not share).
 
 ``--rows``: comma-separated row ids of ``victor-actors bench``'s table (``apply_p50``) or benchmark
-names (``sequential``: all its rows); default: issue 30's request-path rows. ``--bench-code new``
-(the default) runs this checkout's benchmark modules on both sides, copied over the old tree's
-``victor_actors/bench``, so only the runtime differs; ``own`` runs each side's own.
+names (``sequential``: all its rows; a name that is both means the benchmark); default: issue 30's
+request-path rows. ``--bench-code new`` (the default) runs this checkout's benchmark modules on both
+sides, copied over the old tree's ``victor_actors/bench``, so only the runtime differs; ``own`` runs
+each side's own.
 """
 
 from __future__ import annotations
@@ -97,12 +99,12 @@ def pick_rows(names: list[str]) -> list[str]:
     ids = {spec.id for spec in ROWS}
     wanted: set[str] = set()
     for name in names:
-        if name in ids:
-            wanted.add(name)
-        elif name in BENCHMARKS:
+        if name in BENCHMARKS:  # a benchmark's name first: "simulate" is a benchmark and one of its rows
             wanted |= {spec.id for spec in ROWS if spec.bench == name}
+        elif name in ids:
+            wanted.add(name)
         else:
-            raise SystemExit(f"alternate: --rows: {name!r} is neither a row id nor a benchmark name")
+            raise ValueError(f"--rows: {name!r} is neither a row id nor a benchmark name; nothing was run")
     return [spec.id for spec in ROWS if spec.id in wanted]
 
 
@@ -119,7 +121,7 @@ def check_import(side: Side) -> None:
         )
 
 
-def run_bench(side: Side, name: str, quick: bool, rows: list[str], work: Path) -> None:
+def run_bench(side: Side, name: str, quick: bool, rows: list[str], work: Path, round_no: int) -> None:
     """One run of benchmark ``name`` on ``side``, in its own process; its rows' values appended."""
     bench = BENCHMARKS[name]
     out = work / f"{side.label}-{name}-{time.monotonic_ns()}.json"
@@ -141,7 +143,7 @@ def run_bench(side: Side, name: str, quick: bool, rows: list[str], work: Path) -
     evaluated, _targets = evaluate({name: result}, {})
     for row in evaluated:
         if row["id"] in rows and row["bench"] == name:
-            side.rows.setdefault(row["id"], []).append(row)
+            side.rows.setdefault(row["id"], []).append(row | {"round": round_no})
 
 
 def _median(rows: list[dict[str, Any]], key: str) -> float | None:
@@ -159,11 +161,17 @@ def _ratio(x: float | None) -> str:
     return "-" if x is None else f"{x:.2f}x"
 
 
+def paired(old: list[dict[str, Any]], new: list[dict[str, Any]]) -> list[float]:
+    """new / old of each round that measured the row on both sides (the two ran back to back)."""
+    by_round = {r["round"]: r["ours"] for r in old if r["ours"]}
+    return [r["ours"] / by_round[r["round"]] for r in new if r["ours"] is not None and r["round"] in by_round]
+
+
 def table(old: Side, new: Side, rows: list[str]) -> tuple[str, list[dict[str, Any]]]:
     """The medians per row per side, new / old, and each side's median ratio to its baseline."""
     specs = {spec.id: spec for spec in ROWS}
     head = (
-        f"{'row':<20}{'unit':<7}{'better':<7}{'old':>11}{'new':>11}{'new/old':>9}"
+        f"{'row':<20}{'unit':<7}{'better':<7}{'old':>11}{'new':>11}{'new/old':>9}{'per round':>14}"
         f"{'old ratio':>11}{'new ratio':>11}  runs  what"
     )
     lines, out = [head, "-" * len(head)], []
@@ -174,14 +182,17 @@ def table(old: Side, new: Side, rows: list[str]) -> tuple[str, list[dict[str, An
         change = vn / vo if vo and vn is not None else None
         ro, rn = _median(o, "ratio"), _median(n, "ratio")
         runs = f"{sum(r['ours'] is not None for r in o)}/{sum(r['ours'] is not None for r in n)}"
+        pairs = paired(o, n)
+        spread = f"{min(pairs):.2f}-{max(pairs):.2f}x" if pairs else "-"
         lines.append(
-            f"{rid:<20}{spec.unit:<7}{spec.better:<7}{_num(vo):>11}{_num(vn):>11}{_ratio(change):>9}"
+            f"{rid:<20}{spec.unit:<7}{spec.better:<7}{_num(vo):>11}{_num(vn):>11}{_ratio(change):>9}{spread:>14}"
             f"{_ratio(ro):>11}{_ratio(rn):>11}  {runs:<5} {spec.what}"
         )
         notes = {r["note"] for r in o + n if r["ours"] is None and r["note"]}
         lines += [f"{'':<20}(no value: {note})" for note in sorted(notes)]
         out.append({"id": rid, "bench": spec.bench, "unit": spec.unit, "better": spec.better,
-                    "old": vo, "new": vn, "new_over_old": change, "old_ratio": ro, "new_ratio": rn,
+                    "old": vo, "new": vn, "new_over_old": change, "per_round": pairs, "old_ratio": ro,
+                    "new_ratio": rn,
                     "old_runs": o, "new_runs": n})  # fmt: skip
     return "\n".join(lines), out
 
@@ -217,7 +228,13 @@ def _repo(given: str | None) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
-    rows = pick_rows([n for chunk in (args.rows or [",".join(DEFAULT_ROWS)]) for n in chunk.split(",") if n])
+    try:
+        rows = pick_rows(
+            [n for chunk in (args.rows or [",".join(DEFAULT_ROWS)]) for n in chunk.split(",") if n]
+        )
+    except ValueError as exc:
+        print(f"alternate: error: {exc}", file=sys.stderr)
+        return 2
     specs = {spec.id: spec for spec in ROWS}
     benches = list(dict.fromkeys(specs[r].bench for r in rows))
     repo = _repo(args.repo)
@@ -251,7 +268,7 @@ def main(argv: list[str] | None = None) -> int:
             for name in benches:
                 for side in order:
                     print(f"  round {r + 1}/{args.rounds}: {name} on {side.label} ...", flush=True)
-                    run_bench(side, name, args.quick, rows, work)
+                    run_bench(side, name, args.quick, rows, work, r)
         text, medians = table(old, new, rows)
     wall = time.perf_counter() - started
     print(f"\nmedians over {args.rounds} round(s) (new/old: of the measured values; ratio: to the row's own "
