@@ -301,7 +301,7 @@ def _virtual_touch(key: str, base: str | None = None) -> Callable[[Json], tuple[
         t = r["touch"]
         note = (
             f"{t['touches']:,} touches over {r['conversations']:,}, {t['reactivations']:,} reactivations; "
-            f"{t['rounds']} interleaved rounds"
+            f"{t['rounds']} interleaved rounds; {pin_note(t)}"
         )
         return float(t[key]), float(t["baseline"][base or key]), note
 
