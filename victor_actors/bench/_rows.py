@@ -79,6 +79,9 @@ def _simulate(ours: str, base: str) -> Callable[[Json], tuple[float, float, str]
             f"{cfg['agents']} agents x {cfg['steps']} turns, seed {cfg['seed']}, {cfg['rounds']} round(s), "
             f"{rates[ours]['commits']:,} commits; {pin_note(r)}"
         )
+        failed = {k: rates[k].get("failed_runs", 0) for k in (ours, base)}
+        if any(failed.values()):  # a run whose invariants did not all hold: its rate is shown, and so is that
+            note += f"; runs that FAILED their invariants: {ours} {failed[ours]}, {base} {failed[base]}"
         return float(rates[ours]["commits_per_s"]), float(rates[base]["commits_per_s"]), note
 
     return values

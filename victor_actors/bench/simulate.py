@@ -8,7 +8,9 @@ with a :class:`~victor_actors.sim.SimConfig`), with ``victor-actors simulate``'s
 and default fault rates, but a fixed number of turns per agent (``steps``: 40; ``--quick`` 10)
 instead of a duration, and a fixed seed, so every run does the same work. Its commits per second
 are the report's own (``throughput.commits_per_second``: acknowledged commits over the load's
-wall time). Each run's invariants must hold (a failed run is an error, not a number).
+wall time). A run whose invariants did not all hold still counts, and says so: its verdict and
+the failed invariants are in the JSON, the report and the row's note (a benchmark reports, the
+simulator's own tests judge).
 
 Subjects, in interleaved rounds (odd rounds reversed), each a fresh store in a temporary
 directory: ``sync`` durability (the command's default), and the same with ``async`` durability
@@ -41,14 +43,15 @@ def one(steps: int, durability: Literal["sync", "async"], faults: bool) -> dict[
             timeout_rate=0.0, raise_rate=0.0,
         )  # fmt: skip
     report = simulate(config)
-    if report["verdict"] != "PASS":
-        raise RuntimeError(f"the simulation failed its invariants: {report['failed']}")
     t, c = report["throughput"], report["counts"]
+    failed = {r["name"]: r["details"] for r in report["invariants"] if not r["ok"]}
     return {
         "commits_per_s": float(t["commits_per_second"]),
         "load_seconds": float(t["load_seconds"]),
         "commits": int(c["commits_acknowledged"]),
         "agents": int(c["agents"]),
+        "verdict": report["verdict"],
+        "failed": failed,
     }
 
 
@@ -68,6 +71,7 @@ def run(quick: bool) -> dict[str, Any]:
             "commits_per_s": commits / seconds if seconds else 0.0,
             "commits": commits,
             "load_seconds": seconds,
+            "failed_runs": sum(x["verdict"] != "PASS" for x in done),
         }
     agents = runs["sync"][0]["agents"]
     return {
@@ -94,6 +98,10 @@ def print_report(res: dict[str, Any]) -> None:
     for name, label in labels.items():
         r = res["rates"][name]
         print(f"{label:<46}{r['commits']:>10,}{r['load_seconds']:>10.2f}{r['commits_per_s']:>12,.1f}")
+    for name, done in res["runs"].items():
+        for i, x in enumerate(done):
+            for invariant, details in x["failed"].items():
+                print(f"FAIL in {name} run {i + 1}: {invariant}: {'; '.join(details)[:500]}")
 
 
 def main() -> int:
