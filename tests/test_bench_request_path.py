@@ -79,7 +79,7 @@ def test_latency_rows_say_where_they_were_pinned(run: dict[str, Any]) -> None:
         pin = run["benchmarks"][name]["result"]["pinned"]
         assert pin["cpu"] in allowed and "pinned:" in pin["how"], pin
     for rid in ("apply_p50", "apply_lock", "seq_fsync", "seq_lmdb"):
-        assert "pinned: this benchmark's own process" in rows[rid]["note"], rows[rid]
+        assert "pinned: own process, every thread, to CPU" in rows[rid]["note"], rows[rid]
     assert "not pinned" in rows["simulate"]["note"]
 
 

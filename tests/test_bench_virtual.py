@@ -52,7 +52,7 @@ def test_quick_run_with_a_small_n_prints_its_rows_and_writes_the_json(tmp_path: 
     # every row has its ratio (memory deltas of a run this small may be noise, even below zero)
     assert all(r["ratio"] is not None for r in virtual.values()), virtual
     assert virtual["virtual_touch"]["ratio"] > 0 and virtual["virtual_create"]["ratio"] > 0
-    assert "pinned: this part's process" in virtual["virtual_touch"]["note"]  # one caller's latency
+    assert "pinned: own process (the touch rounds)" in virtual["virtual_touch"]["note"]  # one caller
     assert touch["pinned"]["cpu"] in os.sched_getaffinity(0)
     for t in verdicts:
         if t["bench"] == "virtual":

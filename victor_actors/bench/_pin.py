@@ -75,7 +75,7 @@ def _set(tid: int, cpus: set[int]) -> bool:
 
 
 @contextmanager
-def pinned(what: str = "this benchmark's own process") -> Iterator[Pin]:
+def pinned(what: str = "own process") -> Iterator[Pin]:
     """Every thread of this process on one CPU inside the block; each thread's mask restored after."""
     cpu = choose_cpu()
     if cpu is None:
@@ -92,7 +92,7 @@ def pinned(what: str = "this benchmark's own process") -> Iterator[Pin]:
         yield Pin(None, f"not pinned ({what}: its threads' affinity could not be set)")
         return
     try:
-        yield Pin(cpu, f"pinned: {what}, all its threads, to CPU {cpu} (os.sched_setaffinity)")
+        yield Pin(cpu, f"pinned: {what}, every thread, to CPU {cpu}")
     finally:
         allowed = set().union(*before.values())
         for tid in _tasks():  # threads started inside the block inherited the pin: widen them too

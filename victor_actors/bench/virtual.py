@@ -296,7 +296,7 @@ def random_touches(
         base_react: list[int] = []
         ours_s = base_s = 0.0
         per_round = max(1, touches // rounds)
-        with pinned("this part's process") as pin:  # one caller's latency: every thread on one CPU
+        with pinned("own process (the touch rounds)") as pin:  # one caller's latency: every thread on one CPU
             for r in range(rounds):
                 m = per_round if r < rounds - 1 else touches - per_round * (rounds - 1)
                 picks = [f"c{rng.randrange(n):07d}" for _ in range(m)]
