@@ -156,3 +156,47 @@ def test_alternate_refuses_an_unknown_row_before_running_anything(tmp_path: Path
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert proc.returncode == 2 and "'nope' is neither a row id nor a benchmark name" in proc.stderr
     assert "round" not in proc.stdout
+
+
+def test_the_new_targets_follow_their_thresholds_and_explain_a_miss_from_the_numbers() -> None:
+    """Synthetic results shaped like core's, sequential's and simulate's JSON."""
+
+    def lat(p50: float) -> dict[str, float]:
+        return {"n": 10, "median_us": p50, "p99_us": p50 * 2}
+
+    pin = {"cpu": 1, "how": "pinned: own process, every thread, to CPU 1"}
+    core = {"latency": {"echo": lat(50.0), "apply1": lat(60.0), "apply1_call": lat(55.0), "lock": lat(0.5)},
+            "pinned": pin}  # fmt: skip
+    side = {"per_s": 0.0, "n": 10, "p99_us": 1.0}
+    seq = {
+        "record_bytes": 290, "pinned": pin,
+        "latency": {"ours": side | {"median_us": 300.0, "per_s": 3000.0},
+                    "fdatasync": side | {"median_us": 150.0, "per_s": 6000.0},
+                    "lmdb": side | {"median_us": 280.0, "per_s": 3300.0},
+                    "memory": side | {"median_us": 40.0, "per_s": 20000.0}},
+    }  # fmt: skip
+    rate = {"commits": 600, "load_seconds": 3.0, "failed_runs": 0}
+    rates = {"sync": 200.0, "async": 250.0, "sync_clean": 300.0, "async_clean": 300.0}
+    sim = {
+        "config": {"agents": 16, "steps": 40, "rounds": 3, "seed": 7},
+        "pinned": {"cpu": None, "how": "not pinned"},
+        "rates": {k: rate | {"commits_per_s": v} for k, v in rates.items()},
+    }
+    sim["rates"]["sync"]["failed_runs"] = 1
+    rows, targets = bench.evaluate({"core": core, "sequential": seq, "simulate": sim}, {})
+    by_id = {t["id"]: t for t in targets}
+    assert by_id["apply_p50"]["verdict"] == "MISSED"  # 1.2x > 1.0x
+    lock_why = by_id["apply_lock"]["why"]
+    assert by_id["apply_lock"]["verdict"] == "MISSED" and "vs 0.50 us for a lock" in lock_why
+    assert "a bare pykka ask, the cost of crossing to an actor's thread and back, is 50.0 us" in lock_why
+    assert by_id["seq_fsync"]["verdict"] == "MISSED"  # 2.0x > 1.5x
+    assert (
+        "p50 300 us per durable apply vs 150 us for one fdatasync of its 290 B" in (by_id["seq_fsync"]["why"])
+    )
+    assert by_id["seq_lmdb"]["verdict"] == "MISSED"  # 3,000/s / 3,300/s = 0.91x < 1.0x
+    assert by_id["seq_lmdb"]["why"].startswith("3,000 durable commits/s vs 3,300/s bare synced LMDB txns")
+    notes = {r["id"]: r["note"] for r in rows}
+    assert "runs that FAILED their invariants: sync 1, async 0" in notes["simulate"]
+    assert "FAILED" not in notes["simulate_clean"]
+    ratios = {r["id"]: r["ratio"] for r in rows}
+    assert ratios["simulate"] == pytest.approx(0.8) and ratios["seq_lmdb"] == pytest.approx(3000 / 3300)
