@@ -7,6 +7,7 @@ No timed assertions: the numbers of a run this small say nothing; this checks th
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -51,6 +52,8 @@ def test_quick_run_with_a_small_n_prints_its_rows_and_writes_the_json(tmp_path: 
     # every row has its ratio (memory deltas of a run this small may be noise, even below zero)
     assert all(r["ratio"] is not None for r in virtual.values()), virtual
     assert virtual["virtual_touch"]["ratio"] > 0 and virtual["virtual_create"]["ratio"] > 0
+    assert "pinned: own process (the touch rounds)" in virtual["virtual_touch"]["note"]  # one caller
+    assert touch["pinned"]["cpu"] in os.sched_getaffinity(0)
     for t in verdicts:
         if t["bench"] == "virtual":
             assert t["verdict"] in ("MET", "MISSED") and t["measured"] is not None

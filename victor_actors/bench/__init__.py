@@ -24,8 +24,11 @@ ours and skip their LangGraph peers, and ``langgraph`` is skipped.
 The runner's parts: ``_registry`` (the benchmarks), ``_rows`` (the table's
 rows), ``_targets`` (the targets and the evaluation), ``_machine``, ``_table``,
 ``_runner``; the report's: ``report`` and ``_plots`` (the figures); the
-benchmarks share ``_common``, ``_peers`` (the LangGraph baselines) and
-``_probes`` (the two private reads two benchmarks need).
+benchmarks share ``_common``, ``_peers`` (the LangGraph baselines),
+``_probes`` (the two private reads two benchmarks need) and ``_pin`` (the
+process on one CPU while one caller's latency is measured). ``alternate`` is
+no benchmark: it runs chosen rows on old and new code in turn, for a before
+and after on one machine.
 """
 
 from __future__ import annotations

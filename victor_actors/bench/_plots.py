@@ -103,6 +103,7 @@ def _latency_data(doc: Json) -> dict[str, list[tuple[str, float, float]]] | None
 
     requests = rows(
         [
+            ("lock", "a Lock + dict update (floor)"),
             ("echo", "pykka ask to an echo actor (the floor)"),
             ("apply1", "apply, 1 key"),
             ("aapply1", "aapply (asyncio), 1 key"),

@@ -50,6 +50,12 @@ BENCHMARKS: dict[str, Bench] = {
             default=False,
         ),
         Bench("groupcommit", "durable commits with many aapply in flight vs in memory and SqliteSaver"),
+        Bench(
+            "sequential",
+            "one durable scope, sequential apply, pinned to one CPU, vs one fdatasync of its bytes and a "
+            "bare synced LMDB txn",
+        ),
+        Bench("simulate", "victor-actors simulate's commits/s on a fixed workload, sync vs async durability"),
         Bench("checkpoints", "bytes put and data.mdb over 1,000 and 10,000 commits vs the final state"),
         Bench("security", "encryption at rest vs plaintext: durable commits/s, reopen time, bytes on disk"),
         Bench(

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["LANGGRAPH", "ROWS", "Json", "RowSpec", "lat"]
+__all__ = ["LANGGRAPH", "ROWS", "Json", "RowSpec", "lat", "pin_note"]
 
 Json = Any
 LANGGRAPH = "langgraph"  # the peer subject of the store and agent benchmarks
@@ -36,17 +36,60 @@ def lat(r: Json, key: str, stat: str) -> float:
     return float(r["latency"][key][stat])
 
 
+def pin_note(r: Json) -> str:
+    """Where a latency was measured: the process pinned to one CPU, or why not (older JSON: unknown)."""
+    pin = r.get("pinned")
+    return str(pin["how"]) if pin else "pinning not recorded"
+
+
 def _core_apply(stat: str) -> Callable[[Json], tuple[float, float, str]]:
     def values(r: Json) -> tuple[float, float, str]:
         n = r["latency"]["apply1"]["n"]
-        note = f"{n:,} calls; of which the apply call {lat(r, 'apply1_call', stat):.1f} us"
+        note = f"{n:,} calls; of which the apply call {lat(r, 'apply1_call', stat):.1f} us; {pin_note(r)}"
         return lat(r, "apply1", stat), lat(r, "echo", stat), note
 
     return values
 
 
+def _core_lock(r: Json) -> tuple[float, float, str]:
+    note = f"the lock and the update on the caller's thread, timer included; {pin_note(r)}"
+    return lat(r, "apply1", "median_us"), lat(r, "lock", "median_us"), note
+
+
+def _sequential(base: str, stat: str) -> Callable[[Json], tuple[float, float, str]]:
+    """One durable scope, sequential: ours against ``base`` (fdatasync, lmdb, memory) on ``stat``."""
+
+    def values(r: Json) -> tuple[float, float, str]:
+        lt = r["latency"]
+        ours, other = lt["ours"], lt[base]
+        note = (
+            f"{r['record_bytes']:,} B a commit; p50 {ours['median_us']:,.0f} vs "
+            f"{other['median_us']:,.0f} us, "
+            f"{ours['per_s']:,.0f} vs {other['per_s']:,.0f}/s; {pin_note(r)}"
+        )
+        return float(ours[stat]), float(other[stat]), note
+
+    return values
+
+
+def _simulate(ours: str, base: str) -> Callable[[Json], tuple[float, float, str]]:
+    def values(r: Json) -> tuple[float, float, str]:
+        cfg, rates = r["config"], r["rates"]
+        note = (
+            f"{cfg['agents']} agents x {cfg['steps']} turns, seed {cfg['seed']}, {cfg['rounds']} round(s), "
+            f"{rates[ours]['commits']:,} commits; {pin_note(r)}"
+        )
+        failed = {k: rates[k].get("failed_runs", 0) for k in (ours, base)}
+        if any(failed.values()):  # a run whose invariants did not all hold: its rate is shown, and so is that
+            note += f"; runs that FAILED their invariants: {ours} {failed[ours]}, {base} {failed[base]}"
+        return float(rates[ours]["commits_per_s"]), float(rates[base]["commits_per_s"]), note
+
+    return values
+
+
 def _core_aapply(r: Json) -> tuple[float, float, str]:
-    return lat(r, "aapply1", "median_us"), lat(r, "echo", "median_us"), "asyncio twin, one at a time"
+    note = f"asyncio twin, one at a time; {pin_note(r)}"
+    return lat(r, "aapply1", "median_us"), lat(r, "echo", "median_us"), note
 
 
 def _core_snapshot(stat: str) -> Callable[[Json], tuple[float, float, str]]:
@@ -69,6 +112,8 @@ def _store_rate(key: str, base: str = "sqlite_put") -> Callable[[Json], tuple[fl
     def values(r: Json) -> tuple[float, float, str]:
         acc = r["throughput"][key]
         note = f"{acc['store_commits'] / acc['store_txns']:.1f} commits/txn" if acc.get("store_txns") else ""
+        if base == "raw_lmdb":  # a rate over interleaved blocks, some of them 100 threads: not pinned
+            note = ", ".join(p for p in (note, "not pinned (the pinned figure: sequential)") if p)
         return float(acc["rate"]), float(r["throughput"][base]["rate"]), note
 
     return values
@@ -259,7 +304,7 @@ def _virtual_touch(key: str, base: str | None = None) -> Callable[[Json], tuple[
         t = r["touch"]
         note = (
             f"{t['touches']:,} touches over {r['conversations']:,}, {t['reactivations']:,} reactivations; "
-            f"{t['rounds']} interleaved rounds"
+            f"{t['rounds']} interleaved rounds; {pin_note(t)}"
         )
         return float(t[key]), float(t["baseline"][base or key]), note
 
@@ -405,6 +450,8 @@ ROWS: tuple[RowSpec, ...] = (
        _core_apply("median_us")),
     _R("apply_p99", "core", "apply round trip p99 / pykka echo ask p99", "us", "lower",
        _core_apply("p99_us")),
+    _R("apply_lock", "core", "apply round trip p50 / threading.Lock + dict update p50", "us", "lower",
+       _core_lock),
     _R("aapply_p50", "core", "aapply round trip p50 / pykka echo ask p50", "us", "lower", _core_aapply),
     _R("snapshot_p50", "core", "snapshot() p50 at 100,000 keys / at 10 keys", "us", "lower",
        _core_snapshot("median_us")),
@@ -424,6 +471,12 @@ ROWS: tuple[RowSpec, ...] = (
        _store_rate("sync100"), LANGGRAPH),
     _R("durable_raw", "store", "durable commits/s, 1 scope / raw LMDB synced txn", "ops/s", "higher",
        _store_rate("sync1", "raw_lmdb")),
+    _R("seq_fsync", "sequential", "1 durable scope, sequential apply p50 / pwrite + fdatasync of its bytes",
+       "us", "lower", _sequential("fdatasync", "median_us")),
+    _R("seq_lmdb", "sequential", "1 durable scope, sequential commits/s / bare synced LMDB txn of its bytes",
+       "ops/s", "higher", _sequential("lmdb", "per_s")),
+    _R("seq_memory", "sequential", "1 scope, sequential apply p50, durable / in memory (no store)", "us",
+       "lower", _sequential("memory", "median_us")),
     _R("storage", "store", "bytes on disk after the conversation / final state", "B", "lower",
        _storage_vs_final),
     _R("storage_scope", "store", "the scope's stored records / final state", "B", "lower", _storage_scope),
@@ -463,6 +516,10 @@ ROWS: tuple[RowSpec, ...] = (
        "higher", _groupcommit("many_sync", "many_mem")),
     _R("groupcommit_sqlite", "groupcommit", "100 scopes, 10,000 in flight, sync / SqliteSaver puts", "ops/s",
        "higher", _groupcommit("many_sync", "sqlite_puts")),
+    _R("simulate", "simulate", "victor-actors simulate commits/s, sync / async durability", "ops/s",
+       "higher", _simulate("sync", "async")),
+    _R("simulate_clean", "simulate", "simulate commits/s without faults, sync / async durability", "ops/s",
+       "higher", _simulate("sync_clean", "async_clean")),
     _R("ckpt_bytes", "checkpoints", "bytes handed to LMDB over 10,000 one-message commits / final state",
        "B", "lower", _checkpoints(None, "bytes_put")),
     _R("ckpt_disk_1k", "checkpoints", "data.mdb after 1,000 one-message commits / final state", "B", "lower",

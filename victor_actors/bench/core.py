@@ -2,7 +2,8 @@
 
     python -m victor_actors.bench.core [--quick] [--json FILE]
 
-1. apply round trip (1-key and 10-key batches) vs a bare pykka echo ask;
+1. apply round trip (1-key and 10-key batches) vs a bare pykka echo ask, and vs a plain
+   ``threading.Lock`` plus dict update on the caller's thread (the floor of any in-process store);
 2. aapply (the asyncio twin) vs the same echo baseline;
 3. snapshot at 10 vs 100,000 keys, with a dict copy at 100k as a contrast;
 4. a 10-key apply at 100,000 vs 10 keys;
@@ -11,6 +12,10 @@
    single-scope batch (the baseline) vs the same batch also writing the team
    (two scopes) or the workflow, team and global scopes too (four), and vs
    transact() locking the team (two scopes, pessimistic).
+
+Sections 1-4 and 6 measure one caller's latency: the whole process (the caller and every
+actor thread) is pinned to one CPU while they run (``_pin.pinned``); section 5 runs four
+threads at once and is not pinned.
 
 The machine is shared and noisy, so subjects are never timed in one long
 stretch each: every section runs in rounds that interleave the baseline and
@@ -36,6 +41,7 @@ import pykka
 
 from victor_actors import GlobalStateManager, ScopeHandle, TransitionBatch
 from victor_actors.bench._common import no_gc, ns, version_of
+from victor_actors.bench._pin import pinned
 
 BIG = 100_000  # keys in the large scope
 FILL_CHUNK = 10_000  # update_state transitions per fill batch
@@ -93,6 +99,16 @@ def time_aapply(
 ) -> None:
     with no_gc():
         runner.run(_aapply_loop(handle, n, total, call))
+
+
+def time_lock(lock: threading.Lock, d: dict[str, int], n: int, out: list[int]) -> None:
+    """The floor: a plain ``threading.Lock`` plus one dict update, as the apply writes one key."""
+    with no_gc():
+        for i in range(n):
+            t0 = ns()
+            with lock:
+                d["k"] = i
+            out.append(ns() - t0)
 
 
 def time_calls(fn: Callable[[], object], n: int, out: list[int]) -> None:
@@ -233,37 +249,42 @@ def main() -> None:
         assert len(big.snapshot().state) == BIG and len(ten.snapshot().state) == 10
         print(f"filled the 100k-key scope in {fill_s:.2f} s ({BIG // FILL_CHUNK} batches)")
 
-        # Warm-up: threads, code paths, allocator, asyncio loop.
-        time_calls(echo_ask, warm, [])
-        time_apply(one, ["k"], warm, [], [])
-        time_apply(ten, KEYS10, warm, [], [])
-        time_apply(big, big_keys10, warm, [], [])
-        time_aapply(runner, one, warm, [], [])
+        lock, plain_store = threading.Lock(), {"k": 0}
+        # Sections 1-4 measure one caller's latency: every thread of the process on one CPU.
+        with pinned() as pin:
+            # Warm-up: threads, code paths, allocator, asyncio loop.
+            time_calls(echo_ask, warm, [])
+            time_apply(one, ["k"], warm, [], [])
+            time_apply(ten, KEYS10, warm, [], [])
+            time_apply(big, big_keys10, warm, [], [])
+            time_aapply(runner, one, warm, [], [])
+            time_lock(lock, plain_store, warm, [])
 
-        # Sections 1, 2 and 4: one interleaved round loop, with the echo baseline
-        # between the subjects; odd rounds run the blocks in reverse order so no
-        # subject always follows the same neighbour.
-        blocks: list[Callable[[], None]] = [
-            partial(time_calls, echo_ask, n, bucket("echo")),
-            partial(time_apply, one, ["k"], n, bucket("apply1"), bucket("apply1_call")),
-            partial(time_calls, echo_ask, n, bucket("echo")),
-            partial(time_apply, ten, KEYS10, n, bucket("apply10"), bucket("apply10_call")),
-            partial(time_calls, echo_ask, n, bucket("echo")),
-            partial(time_aapply, runner, one, n, bucket("aapply1"), bucket("aapply1_call")),
-            partial(time_apply, big, big_keys10, n, bucket("apply10_big"), bucket("apply10_big_call")),
-        ]
-        for r in range(rounds):
-            for block in blocks if r % 2 == 0 else reversed(blocks):
-                block()
+            # Sections 1, 2 and 4: one interleaved round loop, with the echo baseline
+            # between the subjects; odd rounds run the blocks in reverse order so no
+            # subject always follows the same neighbour.
+            blocks: list[Callable[[], None]] = [
+                partial(time_calls, echo_ask, n, bucket("echo")),
+                partial(time_apply, one, ["k"], n, bucket("apply1"), bucket("apply1_call")),
+                partial(time_lock, lock, plain_store, n, bucket("lock")),
+                partial(time_calls, echo_ask, n, bucket("echo")),
+                partial(time_apply, ten, KEYS10, n, bucket("apply10"), bucket("apply10_call")),
+                partial(time_calls, echo_ask, n, bucket("echo")),
+                partial(time_aapply, runner, one, n, bucket("aapply1"), bucket("aapply1_call")),
+                partial(time_apply, big, big_keys10, n, bucket("apply10_big"), bucket("apply10_big_call")),
+            ]
+            for r in range(rounds):
+                for block in blocks if r % 2 == 0 else reversed(blocks):
+                    block()
 
-        # Section 3: snapshots, and what copying 100k keys would cost instead.
-        plain = dict(big.snapshot().state.items())  # the same 100k items in a plain dict
-        view = big.snapshot().state
-        for _ in range(rounds):  # interleaved like the rest
-            time_calls(ten.snapshot, snap_n, bucket("snap10"))
-            time_calls(big.snapshot, snap_n, bucket("snap100k"))
-            time_calls(lambda: dict(plain), copy_n * 10, bucket("copy_dict"))
-            time_calls(lambda: dict(view), copy_n, bucket("copy_view"))
+            # Section 3: snapshots, and what copying 100k keys would cost instead.
+            plain = dict(big.snapshot().state.items())  # the same 100k items in a plain dict
+            view = big.snapshot().state
+            for _ in range(rounds):  # interleaved like the rest
+                time_calls(ten.snapshot, snap_n, bucket("snap10"))
+                time_calls(big.snapshot, snap_n, bucket("snap100k"))
+                time_calls(lambda: dict(plain), copy_n * 10, bucket("copy_dict"))
+                time_calls(lambda: dict(view), copy_n, bucket("copy_view"))
 
         # Section 5: throughput, rounds interleaved; rate = all ops / all wall time.
         tp_scopes = [manager.get_conversation_state(f"bench-tp-{i}") for i in range(4)]
@@ -285,12 +306,13 @@ def main() -> None:
             ("cross4", partial(cross_four, conv)),
             ("transact2", partial(cross_transact, conv)),
         ]
-        for _name, fn in cross_fns:
-            time_indexed(fn, warm, [], seq)
-        cross_blocks = [partial(time_indexed, fn, cross_n, bucket(name), seq) for name, fn in cross_fns]
-        for r in range(cross_rounds):
-            for block in cross_blocks if r % 2 == 0 else reversed(cross_blocks):
-                block()
+        with pinned():
+            for _name, fn in cross_fns:
+                time_indexed(fn, warm, [], seq)
+            cross_blocks = [partial(time_indexed, fn, cross_n, bucket(name), seq) for name, fn in cross_fns]
+            for r in range(cross_rounds):
+                for block in cross_blocks if r % 2 == 0 else reversed(cross_blocks):
+                    block()
         cross_versions = {
             "conversation": conv.version,
             "workflow": manager.get_workflow_state("wf").version,
@@ -314,6 +336,7 @@ def main() -> None:
     for label, num, den in [
         ("apply1/echo", "apply1", "echo"),
         ("apply1 call only/echo", "apply1_call", "echo"),
+        ("apply1/lock + dict update", "apply1", "lock"),
         ("apply10/echo", "apply10", "echo"),
         ("aapply1/echo", "aapply1", "echo"),
         ("snapshot 100k/10", "snap100k", "snap10"),
@@ -328,6 +351,7 @@ def main() -> None:
         ("1", "echo", "bare pykka echo ask (baseline)"),
         ("1", "apply1", "apply 1-key batch (build + apply)"),
         ("1", "apply1_call", "  of which the apply call"),
+        ("1", "lock", "threading.Lock + dict update (baseline)"),
         ("1", "apply10", "apply 10-key batch (build + apply)"),
         ("1", "apply10_call", "  of which the apply call"),
         ("2", "aapply1", "aapply 1-key batch (build + aapply)"),
@@ -340,7 +364,7 @@ def main() -> None:
         ("4", "apply10_big", "apply 10-key batch at 100k keys (build+apply)"),
         ("4", "apply10_big_call", "  of which the apply call"),
     ]
-    print(f"\nlatency ({rounds} interleaved rounds; {n} calls per block; gc off while timed)")
+    print(f"\nlatency ({rounds} interleaved rounds; {n} calls per block; gc off while timed; {pin.how})")
     print(f"{'sec':<4}{'what':<46}{'calls':>8}{'median us':>12}{'p99 us':>12}")
     for sec, key, label in labels:
         s = st[key]
@@ -380,6 +404,7 @@ def main() -> None:
     if args.json:
         out = {
             "meta": meta,
+            "pinned": pin.as_json(),
             "fill_seconds": fill_s,
             "latency": st,
             "ratios": {**ratios, **cross_ratios},

@@ -199,7 +199,18 @@ def build(doc: dict[str, Any], figures: list[Figure] | str, source: str) -> str:
         "## How to read it",
         "",
         "- apply and aapply: one call at a time, building the batch included (the benchmark also times "
-        "the apply call alone); the baseline is a bare pykka `ask` to an echo actor.",
+        "the apply call alone); the baseline is a bare pykka `ask` to an echo actor, and beside it a "
+        "plain `threading.Lock` plus one dict update on the caller's thread. A latency measured with "
+        "one caller runs with the whole process (the caller and every thread it starts) pinned to one "
+        "CPU (`os.sched_setaffinity`); each such row's note says so, and a row measured on many "
+        "threads says it is not pinned.",
+        "- one durable scope, sequential (`sequential`): one `add_message` at a time, `sync` "
+        "durability, pinned; against one `pwrite` plus `fdatasync` of as many bytes as one commit "
+        "hands the store, on a preallocated file in the same directory (the physical floor), and "
+        "against one bare synced LMDB transaction of one value that size.",
+        "- `simulate`: `victor-actors simulate`'s own commits per second (acknowledged commits over "
+        "the load's wall time) on a fixed workload (16 agents, a fixed number of turns each, seed 7), "
+        "`sync` against `async` durability, with the default faults and without any.",
         "- pipelined apply: a burst of `aapply` calls all in flight on one scope (asyncio), against "
         "`tell`s to a bare pykka actor drained by one `ask`; flat means the rate at 100,000 keys is "
         "at least 0.9x the rate at 10 keys (the issue gives no number; this is our reading).",
@@ -238,6 +249,7 @@ def build(doc: dict[str, Any], figures: list[Figure] | str, source: str) -> str:
         "victor-actors bench [--quick] [--only core,store] [--json FILE]",
         "python -m victor_actors.bench.report FILE [--out DIR]      # this page and its figures",
         "python -m victor_actors.bench.core [--quick] [--json FILE]  # one benchmark on its own",
+        "python -m victor_actors.bench.alternate --old REV [--rows NAMES] [--rounds K]  # before/after",
         "```",
         "",
         "The benchmarks are modules of the installed package (`victor_actors.bench.<name>`), each run "
@@ -246,7 +258,9 @@ def build(doc: dict[str, Any], figures: list[Figure] | str, source: str) -> str:
         "leave the rows whose baseline is LangGraph without a ratio (each says why), and `langgraph` "
         "and `otel` are skipped. `--quick` is a smoke run, seconds to a minute per benchmark: its "
         "numbers are noisy. A report is written beside its JSON (`FILE-report/`), never into a "
-        "checkout unless `--out` names the directory.",
+        "checkout unless `--out` names the directory. `alternate` runs chosen rows on two revisions "
+        "(the old one exported with `git archive`, the new one by default the working tree), old and "
+        "new in turn, each in its own process, and prints the medians per side and new / old.",
         "",
         "## Every value each benchmark wrote",
         "",

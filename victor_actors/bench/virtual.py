@@ -31,7 +31,8 @@ after ``gc.collect()``), not RSS: LMDB's mapped pages count in RSS.
    classifies it, False meaning the request starts an actor, is outside the
    timer). Baseline, in interleaved rounds with gc off while timed: the same
    number of touches over 2,000 conversations of a second store-backed
-   manager with the same options, which all stay live.
+   manager with the same options, which all stay live. The rounds run with
+   the process, every thread of it, pinned to one CPU (``_pin.pinned``).
 3. Without a store: 100,000 conversations (``--quick`` 20,000) committed once
    each with ``max_live_actors=2000``, all evicted (kept encoded) at the end:
    anonymous bytes per evicted conversation. Baseline, in its own process:
@@ -70,6 +71,7 @@ import pykka
 from victor_actors import GlobalStateManager
 from victor_actors.bench._common import no_gc, ns, version_of
 from victor_actors.bench._machine import git_commit, load_average, source_checkout
+from victor_actors.bench._pin import pinned
 
 CAP = 2_000  # max_live_actors of every capped manager here
 WARM = 3_000  # warm-up conversations before "before" is measured (past the cap, so eviction has run)
@@ -294,16 +296,18 @@ def random_touches(
         base_react: list[int] = []
         ours_s = base_s = 0.0
         per_round = max(1, touches // rounds)
-        for r in range(rounds):
-            m = per_round if r < rounds - 1 else touches - per_round * (rounds - 1)
-            picks = [f"c{rng.randrange(n):07d}" for _ in range(m)]
-            live_picks = [f"b{rng.randrange(live_n):07d}" for _ in range(m)]
-            with no_gc():
-                ours_s += touch(manager, picks, ours_lat, ours_react)
-            with no_gc():
-                base_s += touch(base, live_picks, base_lat, base_react)
+        with pinned("own process (the touch rounds)") as pin:  # one caller's latency: every thread on one CPU
+            for r in range(rounds):
+                m = per_round if r < rounds - 1 else touches - per_round * (rounds - 1)
+                picks = [f"c{rng.randrange(n):07d}" for _ in range(m)]
+                live_picks = [f"b{rng.randrange(live_n):07d}" for _ in range(m)]
+                with no_gc():
+                    ours_s += touch(manager, picks, ours_lat, ours_react)
+                with no_gc():
+                    base_s += touch(base, live_picks, base_lat, base_react)
         out: dict[str, Any] = summary(ours_lat, ours_react, ours_s)
         out["rounds"] = rounds
+        out["pinned"] = pin.as_json()
         out["baseline"] = summary(base_lat, base_react, base_s) | {"conversations": live_n}
         out["baseline"]["stats"] = counters(base)
         out["ratio_per_s"] = out["per_s"] / out["baseline"]["per_s"] if out["baseline"]["per_s"] else None
