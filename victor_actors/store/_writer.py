@@ -150,8 +150,14 @@ class GroupCommitWriter:
         self.path = path
         self.flush_interval = flush_interval
         self.max_batch = max_batch
-        self._cond = threading.Condition()
+        lock = threading.RLock()
+        self._cond = threading.Condition(lock)
+        # the flusher sleeps on its own condition (same lock): woken only when a job nobody waits
+        # for is queued, or on close, never by the lead passing between waiters
+        self._flusher_cond = threading.Condition(lock)
         self._pending: list[_Job] = []
+        self._async_queued = 0  # queued jobs nobody waits for (the flusher's work)
+        self.flusher_wakeups = 0  # times the flusher woke from a wait (for tests and profiles)
         self._leading = False
         self._closed = False
         self.commits = 0
@@ -173,7 +179,9 @@ class GroupCommitWriter:
         with self._cond:
             self._pending.append(job)
             if not wait:
-                self._cond.notify_all()  # wakes the flusher
+                self._async_queued += 1
+                if self._async_queued == 1:
+                    self._flusher_cond.notify()  # the flusher has work
                 return
             lead = not self._leading
             if lead:
@@ -218,6 +226,7 @@ class GroupCommitWriter:
                     return
                 batch = self._pending[: self.max_batch]
                 del self._pending[: self.max_batch]
+                self._async_queued -= sum(1 for j in batch if j.wake is None)
             try:
                 self._commit(batch)
             except BaseException as exc:  # _commit reports store errors to the jobs; this is worse
@@ -256,20 +265,29 @@ class GroupCommitWriter:
         self.submit([], wait=True)
 
     def _flush_loop(self) -> None:
+        """Lead for jobs nobody waits for, within ``flush_interval`` of the oldest; sleep otherwise.
+
+        It waits on its own condition, which only a queued async job and
+        ``close`` notify: sync commits never wake it.
+        """
         cond = self._cond
         while True:
             with cond:
-                while not self._pending and not self._closed:
-                    cond.wait()
+                while not self._async_queued and not self._closed:
+                    self._flusher_cond.wait()
+                    self.flusher_wakeups += 1
                 if self._closed and not self._pending:
                     return
-                oldest = self._pending[0].queued if self._pending else time.monotonic()
+                oldest = next((j.queued for j in self._pending if j.wake is None), time.monotonic())
             delay = oldest + self.flush_interval - time.monotonic()
             if delay > 0 and not self._closed:
                 time.sleep(delay)  # let more async commits join this transaction
             with cond:
+                if not self._async_queued and not self._closed:
+                    continue  # a leader committed them meanwhile
                 if self._leading:
                     cond.wait(self.flush_interval)  # a leader is at work: it commits what is queued
+                    self.flusher_wakeups += 1
                     continue
                 self._leading = True
             self._lead(None)
@@ -318,5 +336,6 @@ class GroupCommitWriter:
         with self._cond:
             self._closed = True
             self._cond.notify_all()
+            self._flusher_cond.notify_all()
         self._flusher.join()
         self._lead_until_done(None)  # anything that slipped in meanwhile
