@@ -100,6 +100,16 @@ from victor_actors.store._meta import (
 from victor_actors.store._meta import pack as pack_meta
 from victor_actors.store._meta import parse as parse_meta
 from victor_actors.store._seek import prefix_items
+from victor_actors.store._wal import WriteAheadLog
+from victor_actors.store._walfile import LOG_NAME, LogRead, boot_id, read_log
+from victor_actors.store._walrecover import (
+    Replay,
+    needs_restore,
+    plan_replay,
+    restore_after_restart,
+    start_log,
+    tail_beyond,
+)
 from victor_actors.store._writer import GroupCommitWriter, ResizeGate, TxnOp, WriteTxn
 
 __all__ = ["Store"]
@@ -138,8 +148,20 @@ class Store:
         max_batch: int = 2048,
         encryption: Keyring | None = None,
         lock_timeout: float = 0.0,
+        wal: bool = True,
+        drop_damaged_log: bool = False,
     ) -> None:
         self.path = os.fspath(path)
+        # the write-ahead log (docs/adr/0033): a writer's, where the system reports its boot
+        self._wal_enabled = bool(wal) and not read_only and boot_id() is not None
+        self._drop_damaged_log = drop_damaged_log
+        self._log: WriteAheadLog | None = None
+        self.log_tail = 0  # read-only: records of the log the data file does not hold yet
+        self._log_read: LogRead | None = None
+        self._replay = Replay(None, 0, ())
+        self._writes_begun = read_only
+        self._data_dir = ""
+        self._restored = False
         self._lock_timeout = lock_timeout
         self.read_only = read_only
         self.codec = codec or Codec()
@@ -151,10 +173,24 @@ class Store:
             raise EncryptionKeyError(f"encryption takes a Keyring, not {type(encryption).__name__}")
         self._open(map_size)
         try:
+            if not read_only:  # checked now; replayed before the open's first write (_begin_writes)
+                self._replay = plan_replay(
+                    self.env, self.dbs, self._log_read, path=self.path, drop_damaged=drop_damaged_log
+                )
+            else:
+                self.log_tail = tail_beyond(self.env, self.dbs, self._log_read, self.path)
+                if self.log_tail:
+                    logger.warning(
+                        "%s: opened read-only with %d record(s) of its write-ahead log not in the data file "
+                        "(its owner is writing them, or stopped before they reached it: a writable open "
+                        "replays them); serving the data file's state",
+                        self.path,
+                        self.log_tail,
+                    )
             meta = self._read_meta()
             if not is_encrypted(meta):
                 self._refuse_sealed_records()
-                if encryption is not None and not self._is_empty():
+                if encryption is not None and not (self._is_empty() and not self._replay.todo):
                     raise EncryptionKeyError(
                         f"the store at {self.path!r} is not encrypted and holds {self.scope_count()} scopes; "
                         "open it without a keyring, or with encryption_migrate=True to encrypt it first "
@@ -172,6 +208,10 @@ class Store:
             self._adopt_record_limit(meta)
             if not read_only and "children" not in self.dbs:
                 self._build_index()
+            if not read_only:
+                self._begin_writes()
+            if self._log is not None:
+                self._log.checkpoint()  # what the open wrote (pinned, unsynced) is synced
         except BaseException:
             self._close_env()
             raise
@@ -191,6 +231,7 @@ class Store:
                 path=self.path,
                 flush_interval=flush_interval,
                 max_batch=max_batch,
+                wal=self._log,
             )
 
     def _open(self, map_size: int) -> None:
@@ -205,7 +246,18 @@ class Store:
             self._owner = OwnerLock(self.path, timeout=self._lock_timeout)
             data = self._owner.data
             data_file = os.path.join(data, "data.mdb")
+        self._data_dir = data
+        self._restored = False
         try:
+            self._log_read = read_log(os.path.join(data, LOG_NAME))
+            if self.read_only and needs_restore(self._log_read):
+                raise VictorActorsError(
+                    f"the store at {self.path!r} was open for writing when the machine restarted, and its "
+                    "data file may hold writes that never reached the disk whole; open it for writing once "
+                    "(which recovers it from its write-ahead log) before reading it; nothing was opened"
+                )
+            if not self.read_only:
+                self._restored = restore_after_restart(data, self._log_read)
             check_data_file(data_file)
             self._data_file = data_file
             self.env = lmdb.open(
@@ -213,7 +265,7 @@ class Store:
                 map_size=map_size,
                 max_dbs=len(self.DBS) + 2,
                 readonly=self.read_only,
-                sync=True,
+                sync=not self._wal_enabled,  # with the log, LMDB is synced at its checkpoints
                 metasync=True,
                 readahead=False,
                 max_readers=1024,
@@ -237,8 +289,31 @@ class Store:
             self._release_lock()
             raise
 
+    def _begin_writes(self) -> None:
+        """Before a writable open's first write: replay the log's tail and start the live log.
+
+        Everything that can refuse the open runs before this, so a refused
+        open writes nothing (after a machine restart the meta pages were put
+        back already, which loses nothing: the log still holds what follows).
+        """
+        if self._writes_begun:
+            return
+        self._writes_begun = True
+        self._log = start_log(
+            self.env,
+            self.dbs,
+            self._data_dir,
+            self._log_read,
+            self._replay,
+            restored=self._restored,
+            enabled=self._wal_enabled,
+            path=self.path,
+        )
+        self._log_read = None
+
     def _build_index(self) -> None:
         """Create the ``children`` index from the scope records, in one write transaction."""
+        self._begin_writes()
         entries = []
         for record in self.scope_records():
             entries.append(self._child_entry(record, self.layout.ref_key(record.ref)))
@@ -256,6 +331,9 @@ class Store:
         return "children" in self.dbs
 
     def _close_env(self) -> None:
+        log, self._log = getattr(self, "_log", None), None
+        if log is not None:
+            log.drop()  # unpinned before the environment closes
         if getattr(self, "_env_open", False):
             self._env_open = False
             self.env.close()
@@ -344,6 +422,7 @@ class Store:
         return keys_for(meta, keyring, self.path)
 
     def _put_meta(self, record: dict[str, Any]) -> None:
+        self._begin_writes()
         with self.env.begin(write=True, db=self.dbs["meta"]) as txn:
             txn.put(META_KEY, pack_meta(record))
 
@@ -391,7 +470,11 @@ class Store:
         if self._writer is not None:
             self._writer.close()
         self._closed = True
-        self._close_env()
+        try:
+            if self._log is not None:
+                self._log.close()  # a clean checkpoint: LMDB synced, the log empty
+        finally:
+            self._close_env()
 
     def forget_after_fork(self) -> None:
         """In a forked child: drop this process's hold on the owner lock, leave everything else alone.
@@ -971,6 +1054,7 @@ class Store:
         damage; in a store of format 1, which may predate heads, it gets the
         newest version it holds instead.
         """
+        self._begin_writes()
         scopes, log, ckpt = self.dbs["scopes"], self.dbs["log"], self.dbs["ckpt"]
         given = 0
         with self.env.begin(write=True) as txn:

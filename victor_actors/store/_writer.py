@@ -24,6 +24,8 @@ import lmdb
 from victor_actors import _trace
 from victor_actors._errors import ScopeFailedError, VictorActorsError
 from victor_actors.store._seek import prefix_items
+from victor_actors.store._wal import WAL_KEY, WriteAheadLog
+from victor_actors.store._walfile import encode_ops
 
 __all__ = ["MAX_MAP_SIZE", "GroupCommitWriter", "ResizeGate", "TxnOp", "WriteTxn"]
 
@@ -80,18 +82,25 @@ class WriteTxn:
     """The write transaction a job's operations run in (on the leader's thread).
 
     ``bytes_put`` counts the bytes of the values it put (what the store hands to LMDB).
+    With a ``journal`` (the write-ahead log is on), every put and delete is
+    also recorded there, in order: the group's log record.
     """
 
-    __slots__ = ("bytes_put", "dbs", "txn")
+    __slots__ = ("bytes_put", "dbs", "journal", "txn")
 
-    def __init__(self, txn: Any, dbs: dict[str, Any]) -> None:
+    def __init__(
+        self, txn: Any, dbs: dict[str, Any], journal: list[tuple[str, bytes, bytes | None]] | None = None
+    ) -> None:
         self.txn = txn
         self.dbs = dbs
         self.bytes_put = 0
+        self.journal = journal
 
     def put(self, db: str, key: bytes, value: bytes) -> None:
         self.bytes_put += len(value)
         self.txn.put(key, value, db=self.dbs[db])
+        if self.journal is not None:
+            self.journal.append((db, bytes(key), bytes(value)))
 
     def first_key_from(self, db: str, start: bytes) -> bytes | None:
         """The least key of ``db`` at or after ``start`` (None: there is none)."""
@@ -100,6 +109,8 @@ class WriteTxn:
 
     def delete(self, db: str, key: bytes) -> None:
         self.txn.delete(key, db=self.dbs[db])
+        if self.journal is not None:
+            self.journal.append((db, bytes(key), None))
 
     def get(self, db: str, key: bytes) -> bytes | None:
         value = self.txn.get(key, db=self.dbs[db])
@@ -143,8 +154,10 @@ class GroupCommitWriter:
         path: str,
         flush_interval: float = 0.05,
         max_batch: int = 2048,
+        wal: WriteAheadLog | None = None,
     ) -> None:
         self.env = env
+        self.wal = wal
         self.dbs = dbs
         self.gate = gate
         self.path = path
@@ -293,18 +306,37 @@ class GroupCommitWriter:
             self._lead(None)
 
     def _commit(self, jobs: list[_Job]) -> None:
+        """Run ``jobs`` in one write transaction; with the log, its record is durable before it commits.
+
+        With the write-ahead log the transaction itself is not synced: its
+        puts and deletes go to the log as one record (one ``fdatasync``), then
+        it commits; if the commit fails the record is taken back. A checkpoint
+        follows when one is due (``_wal.py``).
+        """
         error: BaseException | None = None
+        wal = self.wal
         while True:
+            appended = False
             try:
                 with self.env.begin(write=True) as txn:
-                    t = WriteTxn(txn, self.dbs)
+                    t = WriteTxn(txn, self.dbs, [] if wal is not None else None)
                     for job in jobs:
                         for op in job.ops:
                             op(t)
+                    if wal is not None and t.journal:
+                        seq = wal.applied + 1
+                        txn.put(WAL_KEY, wal.key_value(seq), db=self.dbs["meta"])
+                        wal.append(seq, encode_ops(t.journal))
+                        appended = True
+                if appended:
+                    assert wal is not None
+                    wal.committed(seq)
                 error = None
                 self.bytes_put += t.bytes_put
                 break
             except lmdb.MapFullError:
+                if appended:
+                    self._retract()
                 size = int(self.env.info()["map_size"])
                 if size * 2 > MAX_MAP_SIZE:
                     error = VictorActorsError(
@@ -313,12 +345,23 @@ class GroupCommitWriter:
                     )
                     break
                 logger.info("growing the LMDB map of %s to %d bytes", self.path, size * 2)
-                with self.gate.exclusive():  # no read transaction may be open while the map grows
-                    self.env.set_mapsize(size * 2)
+                if wal is not None:
+                    wal.checkpoint()  # LMDB synced; its pin must go while the map grows
+                    wal.unpin()
+                try:
+                    with self.gate.exclusive():  # no read transaction may be open while the map grows
+                        self.env.set_mapsize(size * 2)
+                finally:
+                    if wal is not None:
+                        wal.pin()
             except BaseException as exc:  # reported to every waiter; the writer goes on
+                if appended:
+                    self._retract()
                 logger.exception("a store transaction failed")
                 error = exc
                 break
+        if error is None and wal is not None and wal.due:
+            self._checkpoint_log()
         self.transactions += 1
         self.commits += len(jobs)
         if (hooks := _trace.hooks) is not None:
@@ -327,6 +370,57 @@ class GroupCommitWriter:
             job.size = len(jobs)
             job.error = error
             job.done = True  # waiters are woken by the leader's notify_all
+
+    def _retract(self) -> None:
+        """Take back the record of a transaction that did not commit; if that fails too, stop writing."""
+        assert self.wal is not None
+        try:
+            self.wal.retract()
+        except BaseException:
+            self._closed = True  # the record may be replayed on the next open: accept nothing more
+            logger.exception(
+                "%s: a transaction failed after its log record was written, and the record could not be "
+                "taken back; the store accepts no more writes (the next open may replay it)",
+                self.path,
+            )
+            raise
+
+    def _checkpoint_log(self) -> None:
+        """Sync LMDB and start the log over (on the leader's thread, between transactions)."""
+        assert self.wal is not None
+        try:
+            self.wal.checkpoint()
+        except OSError:  # the log keeps every record since the last checkpoint: nothing is lost
+            logger.exception("%s: a checkpoint of the write-ahead log failed; the log goes on", self.path)
+
+    def checkpoint_log(self) -> None:
+        """Commit what is queued, then checkpoint the log now (a no-op without one)."""
+        if self.wal is None or self._closed:
+            return
+        cond = self._cond
+        with cond:
+            while self._leading:
+                cond.wait()
+            self._leading = True
+        try:
+            while True:
+                with cond:
+                    batch = self._pending[: self.max_batch]
+                    del self._pending[: self.max_batch]
+                    self._async_queued -= sum(1 for j in batch if j.wake is None)
+                if not batch:
+                    break
+                try:
+                    self._commit(batch)
+                finally:
+                    for done in batch:
+                        if done.wake is not None:
+                            done.wake.release()
+            self.wal.checkpoint()
+        finally:
+            with cond:
+                self._leading = False
+                cond.notify_all()
 
     def close(self) -> None:
         """Write what is queued and stop the flusher. Idempotent."""
