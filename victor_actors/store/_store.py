@@ -157,6 +157,7 @@ class Store:
         self._drop_damaged_log = drop_damaged_log
         self._log: WriteAheadLog | None = None
         self.log_tail = 0  # read-only: records of the log the data file does not hold yet
+        self.log_replayed = 0  # writable: records of the log replayed into the data file by this open
         self._log_read: LogRead | None = None
         self._replay = Replay(None, 0, ())
         self._writes_begun = read_only
@@ -309,6 +310,7 @@ class Store:
             enabled=self._wal_enabled,
             path=self.path,
         )
+        self.log_replayed = len(self._replay.todo)
         self._log_read = None
 
     def _build_index(self) -> None:
@@ -457,6 +459,17 @@ class Store:
         if self._closed or self._writer is None:
             raise ScopeFailedError("the store is closed or read-only; nothing was written")
         self._writer.submit(ops, wait=wait)
+
+    @property
+    def wal(self) -> bool:
+        """Whether this store's commits go through its write-ahead log (docs/adr/0033)."""
+        return self._log is not None
+
+    def checkpoint_log(self) -> None:
+        """Sync LMDB and empty the write-ahead log now (done on its own every few hundred groups and
+        on close); a no-op without a log."""
+        if not self._closed and self._writer is not None:
+            self._writer.checkpoint_log()
 
     def flush(self) -> None:
         """Return once everything submitted before the call is durable."""
