@@ -19,7 +19,14 @@ from pathlib import Path
 
 import pytest
 
-from victor_actors import GlobalStateManager, Keyring, LogCorruptError, TransitionBatch, VictorActorsError
+from victor_actors import (
+    GlobalStateManager,
+    Keyring,
+    LogCorruptError,
+    ScopeFailedError,
+    TransitionBatch,
+    VictorActorsError,
+)
 from victor_actors.store import Store, _walrecover, encrypt_in_place
 from victor_actors.store._walfile import LOG_NAME, RECORDS_START
 from victor_actors.store._writer import TxnOp, WriteTxn
@@ -442,3 +449,31 @@ def test_sigkill_at_random_points_loses_no_acknowledged_commit(tmp_path: Path) -
                 assert conv.version >= acked[j]
                 assert [msg["i"] for msg in conv.snapshot().messages] == list(range(conv.version))
             assert not m.recovery_reports
+
+
+def test_a_failed_log_sync_stops_the_writes_and_recovery_settles_the_commit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The record's ``fdatasync`` fails: its caller hears the commit may or may not have been made
+    durable, the store takes no more writes (never a second record over an unknown one), and the
+    next open replays the record, which the page cache holds here."""
+    store = Store(tmp_path / "db")
+    store.submit([_put(b"a", b"1")], wait=True)
+    real = os.fdatasync
+
+    def failing(fd: int) -> None:
+        monkeypatch.setattr(os, "fdatasync", real)
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(os, "fdatasync", failing)
+    with pytest.raises(ScopeFailedError, match="may or may not"):
+        store.submit([_put(b"a", b"2")], wait=True)
+    with pytest.raises(ScopeFailedError, match="no more writes"):
+        store.submit([_put(b"a", b"3")], wait=True)
+    store.close()
+    reopened = Store(tmp_path / "db")
+    try:
+        assert reopened.log_replayed == 1
+        assert reopened._get("quarantine", b"a") == b"2"
+    finally:
+        reopened.close()

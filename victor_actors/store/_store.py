@@ -100,7 +100,7 @@ from victor_actors.store._meta import (
 from victor_actors.store._meta import pack as pack_meta
 from victor_actors.store._meta import parse as parse_meta
 from victor_actors.store._seek import prefix_items
-from victor_actors.store._wal import WriteAheadLog
+from victor_actors.store._wal import WriteAheadLog, growing
 from victor_actors.store._walfile import LOG_NAME, LogRead, boot_id, read_log
 from victor_actors.store._walrecover import (
     Replay,
@@ -261,34 +261,47 @@ class Store:
                 self._restored = restore_after_restart(data, self._log_read)
             check_data_file(data_file)
             self._data_file = data_file
-            self.env = lmdb.open(
-                data,
-                map_size=map_size,
-                max_dbs=len(self.DBS) + 2,
-                readonly=self.read_only,
-                sync=not self._wal_enabled,  # with the log, LMDB is synced at its checkpoints
-                metasync=True,
-                readahead=False,
-                max_readers=1024,
-            )
-            self._env_open = True
-            self.dbs: dict[str, Any] = {}
-            for name in self.DBS:
-                # a store from before the children index has none: built on a writable open
-                # (_build_index), a full scan instead when read-only
-                create = not self.read_only and name != "children"
-                try:
-                    self.dbs[name] = self.env.open_db(name.encode(), create=create)
-                except lmdb.NotFoundError:
-                    # stores from before meta records, the children index or format 2 lack them
-                    if name not in ("meta", "children", "chunks", "kv"):
-                        raise
+            wal = self._wal_enabled  # with the log, LMDB is synced at its checkpoints
+            self._open_env(data, map_size, sync=not wal)
+            if self._missing:  # created in a synced environment: no unsynced write before the log's pin
+                self._shut_env()
+                self._open_env(data, map_size, sync=True)
+                self._shut_env()
+                self._open_env(data, map_size, sync=False)
         except lmdb.Error as exc:
             self._release_lock()
             raise VictorActorsError(f"cannot open a victor_actors store at {self.path!r}: {exc}") from exc
         except BaseException:
             self._release_lock()
             raise
+
+    def _open_env(self, data: str, map_size: int, *, sync: bool) -> None:
+        """Open LMDB and its databases; an unsynced writer creates none (``_missing`` names them)."""
+        self.env = lmdb.open(
+            data,
+            map_size=map_size,
+            max_dbs=len(self.DBS) + 2,
+            readonly=self.read_only,
+            sync=sync,
+            metasync=True,
+            readahead=False,
+            max_readers=1024,
+        )
+        self._env_open = True
+        self.dbs: dict[str, Any] = {}
+        self._missing: list[str] = []
+        for name in self.DBS:
+            # a store from before the children index has none: built on a writable open
+            # (_build_index), a full scan instead when read-only
+            create = not self.read_only and name != "children"
+            try:
+                self.dbs[name] = self.env.open_db(name.encode(), create=create and sync)
+            except lmdb.NotFoundError:
+                if create:
+                    self._missing.append(name)
+                # stores from before meta records, the children index or format 2 lack them
+                elif name not in ("meta", "children", "chunks", "kv"):
+                    raise
 
     def _begin_writes(self) -> None:
         """Before a writable open's first write: replay the log's tail and start the live log.
@@ -319,11 +332,15 @@ class Store:
         entries = []
         for record in self.scope_records():
             entries.append(self._child_entry(record, self.layout.ref_key(record.ref)))
-        with self.env.begin(write=True) as txn:
-            handle = self.env.open_db(b"children", txn=txn, create=True)
-            for key, raw in entries:
-                txn.put(key, raw, db=handle)
-        self.dbs["children"] = handle
+
+        def build() -> Any:
+            with self.env.begin(write=True) as txn:
+                handle = self.env.open_db(b"children", txn=txn, create=True)
+                for key, raw in entries:
+                    txn.put(key, raw, db=handle)
+            return handle
+
+        self.dbs["children"] = growing(self.env, self._log, build)
         if entries:
             logger.info("built the children index of %s (%d scopes)", self.path, len(entries))
 
@@ -333,13 +350,16 @@ class Store:
         return "children" in self.dbs
 
     def _close_env(self) -> None:
+        self._shut_env()
+        self._release_lock()
+
+    def _shut_env(self) -> None:
         log, self._log = getattr(self, "_log", None), None
         if log is not None:
             log.drop()  # unpinned before the environment closes
         if getattr(self, "_env_open", False):
             self._env_open = False
             self.env.close()
-        self._release_lock()
 
     def _read_meta(self) -> dict[str, Any] | None:
         """The meta record's fields (see ``_meta.py``); CheckpointCorruptError if it is malformed."""
@@ -425,8 +445,12 @@ class Store:
 
     def _put_meta(self, record: dict[str, Any]) -> None:
         self._begin_writes()
-        with self.env.begin(write=True, db=self.dbs["meta"]) as txn:
-            txn.put(META_KEY, pack_meta(record))
+
+        def put() -> None:
+            with self.env.begin(write=True, db=self.dbs["meta"]) as txn:
+                txn.put(META_KEY, pack_meta(record))
+
+        growing(self.env, self._log, put)
 
     @property
     def encrypted(self) -> bool:
@@ -1068,6 +1092,11 @@ class Store:
         newest version it holds instead.
         """
         self._begin_writes()
+        given = growing(self.env, self._log, partial(self._give_heads, old_format))
+        if given:
+            logger.info("gave %d scopes of %s a head record (store format 3)", given, self.path)
+
+    def _give_heads(self, old_format: int) -> int:
         scopes, log, ckpt = self.dbs["scopes"], self.dbs["log"], self.dbs["ckpt"]
         given = 0
         with self.env.begin(write=True) as txn:
@@ -1086,8 +1115,7 @@ class Store:
                 version = max(versions, default=0)
                 txn.put(head_key, self._sealed(encode_head(head_key, version), "log", head_key), db=log)
                 given += 1
-        if given:
-            logger.info("gave %d scopes of %s a head record (store format 3)", given, self.path)
+        return given
 
     def last_txnid(self) -> int:
         """The id of the newest write transaction committed to the store, by any process.

@@ -29,7 +29,10 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import lmdb
 
 from victor_actors._errors import VictorActorsError
 from victor_actors.store._files import _meta as parse_meta_page
@@ -46,9 +49,20 @@ from victor_actors.store._walfile import (
     pack_header,
 )
 
-__all__ = ["CAPACITY", "CHECKPOINT_GROUPS", "WAL_KEY", "WriteAheadLog", "lmdb_snapshot", "wal_key_of"]
+__all__ = [
+    "CAPACITY",
+    "CHECKPOINT_GROUPS",
+    "WAL_KEY",
+    "WriteAheadLog",
+    "grow_map",
+    "growing",
+    "lmdb_snapshot",
+    "wal_key_of",
+]
 
 logger = logging.getLogger("victor_actors")
+
+T = TypeVar("T")
 
 CAPACITY = 1 << 20  # bytes of log space written once with zeros (records start at RECORDS_START)
 CHECKPOINT_GROUPS = 256
@@ -103,12 +117,13 @@ class WriteAheadLog:
         self.base = base
         self.applied = applied
         self.checkpoint_groups = checkpoint_groups
-        self.checkpoint_bytes = checkpoint_bytes or capacity - RECORDS_START
+        self.checkpoint_bytes = checkpoint_bytes or capacity // 2  # room left for the group after it
         self.offset = RECORDS_START
         self.groups = 0  # since the last checkpoint
         self.checkpoints = 0
         self._last = 0  # bytes of the last record appended (for retract)
         self._pin: Any = None
+        self.broken = False  # a record's write or sync failed: its fate is unknown
         created = not os.path.exists(self.path)
         self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
         try:
@@ -128,12 +143,24 @@ class WriteAheadLog:
     # -- appending ---------------------------------------------------------------------------------
 
     def append(self, seq: int, body: bytes) -> None:
-        """Write record ``seq`` after the last one and make it durable (one ``fdatasync``)."""
+        """Write record ``seq`` after the last one and make it durable (one ``fdatasync``).
+
+        Raises:
+            OSError: growing the file failed (nothing of the record was written), or writing or
+                syncing it failed, after which the log is ``broken``: whether the record reached
+                the disk is unknown, so the store must take no more writes.
+        """
+        if self.broken:
+            raise OSError("an earlier write of the write-ahead log failed; the store takes no more writes")
         record = frame(self.log_id, self.epoch, seq, body)
         if self.offset + len(record) > self.size:
             self._grow(max(self.size * 2, self.offset + len(record) + RECORDS_START))
-        os.pwrite(self.fd, record, self.offset)
-        os.fdatasync(self.fd)
+        try:
+            os.pwrite(self.fd, record, self.offset)
+            os.fdatasync(self.fd)
+        except BaseException:
+            self.broken = True
+            raise
         self.offset += len(record)
         self._last = len(record)
 
@@ -215,8 +242,12 @@ class WriteAheadLog:
         self.write_header(clean=clean, new_epoch=True)
 
     def close(self) -> None:
-        """Checkpoint clean and close the file. Idempotent."""
+        """Checkpoint clean and close the file (a broken log is left as it is, for recovery to settle).
+        Idempotent."""
         if self.fd < 0:
+            return
+        if self.broken:
+            self.drop()
             return
         try:
             self.checkpoint(clean=True)
@@ -231,6 +262,33 @@ class WriteAheadLog:
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
+
+
+def grow_map(env: Any, wal: WriteAheadLog | None) -> None:
+    """Double LMDB's map at an open (no reader of the store exists yet), the log's pin let go meanwhile.
+
+    The header first names LMDB's synced state, keeping the records (a replay in progress still
+    needs them), so a crash while the pin is off goes back to a whole state.
+    """
+    size = int(env.info()["map_size"])
+    logger.info("growing the LMDB map of %s to %d bytes", env.path(), size * 2)
+    if wal is not None:
+        wal.write_header(new_epoch=False)
+        wal.unpin()
+    try:
+        env.set_mapsize(size * 2)
+    finally:
+        if wal is not None:
+            wal.pin()
+
+
+def growing(env: Any, wal: WriteAheadLog | None, write: Callable[[], T]) -> T:
+    """``write()``, the map doubled and ``write`` run again for as long as it fills the map."""
+    while True:
+        try:
+            return write()
+        except lmdb.MapFullError:
+            grow_map(env, wal)
 
 
 def wal_key_of(raw: bytes | None) -> tuple[bytes, int] | None:

@@ -37,7 +37,7 @@ import lmdb
 
 from victor_actors._errors import LogCorruptError
 from victor_actors.store._files import _meta as parse_meta_page
-from victor_actors.store._wal import WAL_KEY, WriteAheadLog, wal_key_of
+from victor_actors.store._wal import WAL_KEY, WriteAheadLog, growing, wal_key_of
 from victor_actors.store._walfile import (
     DB_CODES,
     LOG_NAME,
@@ -178,24 +178,32 @@ def plan_replay(
     return Replay(log_id, applied, tuple(decoded))
 
 
-def apply_replay(env: Any, dbs: dict[str, Any], plan: Replay, path: str) -> int:
-    """Apply ``plan``'s records, each in its own transaction that moves ``meta/wal``; the applied number."""
+def apply_replay(env: Any, dbs: dict[str, Any], plan: Replay, path: str, wal: WriteAheadLog | None) -> int:
+    """Apply ``plan``'s records, each in its own transaction that moves ``meta/wal``; the applied number.
+
+    The map grows as it fills (``_wal.growing``: ``wal``'s pin let go meanwhile, its records kept).
+    """
     applied = plan.applied
     if not plan.todo:
         return applied
     assert plan.log_id is not None
+    log_id = plan.log_id
     meta = dbs["meta"]
     for seq, ops in plan.todo:
-        with env.begin(write=True) as txn:
-            for db, k, value in ops:
-                handle = dbs.get(db)
-                if handle is None:
-                    handle = dbs[db] = env.open_db(db.encode(), txn=txn, create=True)
-                if value is None:
-                    txn.delete(k, db=handle)
-                else:
-                    txn.put(k, value, db=handle)
-            txn.put(WAL_KEY, plan.log_id + seq.to_bytes(8, "big"), db=meta)
+
+        def one(seq: int = seq, ops: list[tuple[str, bytes, bytes | None]] = ops) -> None:
+            with env.begin(write=True) as txn:
+                for db, k, value in ops:
+                    handle = dbs.get(db)
+                    if handle is None:
+                        handle = dbs[db] = env.open_db(db.encode(), txn=txn, create=True)
+                    if value is None:
+                        txn.delete(k, db=handle)
+                    else:
+                        txn.put(k, value, db=handle)
+                txn.put(WAL_KEY, log_id + seq.to_bytes(8, "big"), db=meta)
+
+        growing(env, wal, one)
         applied = seq
     logger.info("%s: replayed %d record(s) of the write-ahead log", path, len(plan.todo))
     return applied
@@ -247,7 +255,7 @@ def start_log(
     """
     if not enabled:
         if plan.todo:
-            apply_replay(env, dbs, plan, path)
+            apply_replay(env, dbs, plan, path, None)
         if read is not None:
             env.sync(True)
             os.unlink(os.path.join(data_dir, LOG_NAME))
@@ -271,13 +279,17 @@ def start_log(
                 wal.pin()  # LMDB is at the header's synced state: keep it whole while replaying
             else:
                 wal.write_header(new_epoch=False)  # sync LMDB's own state, name it, pin it
-            wal.applied = apply_replay(env, dbs, plan, path)
+            wal.applied = apply_replay(env, dbs, plan, path, wal)
         wal.checkpoint()
-        if (
-            plan.log_id is None
-        ):  # a store the log is new to: LMDB learns its id (synced by the next checkpoint)
-            with env.begin(write=True) as txn:
-                txn.put(WAL_KEY, wal.key_value(wal.applied), db=dbs["meta"])
+        if plan.log_id is None:
+            # a store the log is new to: LMDB learns its id (synced by the next checkpoint)
+            live = wal
+
+            def learn() -> None:
+                with env.begin(write=True) as txn:
+                    txn.put(WAL_KEY, live.key_value(live.applied), db=dbs["meta"])
+
+            growing(env, wal, learn)
     except BaseException:
         wal.drop()
         raise

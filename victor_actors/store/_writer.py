@@ -126,6 +126,10 @@ class WriteTxn:
 TxnOp = Callable[[WriteTxn], None]
 
 
+class _Uncertain(VictorActorsError):
+    """A commit whose log record may or may not have reached the disk (its write or sync failed)."""
+
+
 class _Job:
     __slots__ = ("done", "error", "ops", "queued", "size", "wake")
 
@@ -173,6 +177,7 @@ class GroupCommitWriter:
         self.flusher_wakeups = 0  # times the flusher woke from a wait (for tests and profiles)
         self._leading = False
         self._closed = False
+        self._failed = False  # the log failed under a commit: no more writes (see _commit)
         self.commits = 0
         self.transactions = 0
         self.bytes_put = 0  # bytes of the values put by committed transactions
@@ -188,6 +193,11 @@ class GroupCommitWriter:
         """
         if self._closed:
             raise ScopeFailedError("the store is closed; nothing was written")
+        if self._failed:
+            raise ScopeFailedError(
+                "the store's write-ahead log failed under an earlier commit, so the store takes no more "
+                "writes (reopen it: recovery settles that commit); nothing was written"
+            )
         job = _Job(ops, wait)
         with self._cond:
             self._pending.append(job)
@@ -206,6 +216,8 @@ class GroupCommitWriter:
             self._lead(job)
         if (hooks := _trace.hooks) is not None:
             hooks.group_commit(job.size)
+        if isinstance(job.error, _Uncertain):
+            raise ScopeFailedError(str(job.error)) from job.error
         if job.error is not None:
             raise ScopeFailedError(
                 f"the store could not commit: {job.error}; nothing was written"
@@ -357,6 +369,12 @@ class GroupCommitWriter:
             except BaseException as exc:  # reported to every waiter; the writer goes on
                 if appended:
                     self._retract()
+                elif wal is not None and wal.broken:
+                    self._failed = True  # a record may or may not be on disk: accept nothing more
+                    exc = _Uncertain(
+                        f"the store's write-ahead log could not be written ({exc}); this commit may or may "
+                        "not be replayed on the next open, and the store takes no more writes"
+                    )
                 logger.exception("a store transaction failed")
                 error = exc
                 break
@@ -377,7 +395,7 @@ class GroupCommitWriter:
         try:
             self.wal.retract()
         except BaseException:
-            self._closed = True  # the record may be replayed on the next open: accept nothing more
+            self._failed = True  # the record may be replayed on the next open: accept nothing more
             logger.exception(
                 "%s: a transaction failed after its log record was written, and the record could not be "
                 "taken back; the store accepts no more writes (the next open may replay it)",
