@@ -230,8 +230,11 @@ def read_log(path: str) -> LogRead | None:
     if damage is None:
         at = data.find(_REC_MAGIC, pos + 1)
         while at != -1:  # a good record past the end: what ended the scan was damage, not a torn tail
-            later = record_at(data, at, header.log_id, header.epoch)
-            if later is not None and later[0] >= expected:
+            # records of earlier epochs (the space is reused) have lower numbers: skipped unchecked
+            later = None
+            if at + _REC.size <= len(data) and _REC.unpack_from(data, at)[2] >= expected:
+                later = record_at(data, at, header.log_id, header.epoch)
+            if later is not None:
                 damage = (
                     f"the record at byte {pos} (sequence number {expected}) fails its check, "
                     f"and a good record (sequence number {later[0]}) follows it at byte {at}"
