@@ -15,6 +15,8 @@ import random
 import signal
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -477,3 +479,39 @@ def test_a_failed_log_sync_stops_the_writes_and_recovery_settles_the_commit(
         assert reopened._get("quarantine", b"a") == b"2"
     finally:
         reopened.close()
+
+
+def test_a_commit_queued_during_a_checkpoint_is_led_after_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``checkpoint_log`` holds the lead; a sync commit submitted meanwhile sleeps on its own job's
+    lock, so the lead must pass to it afterwards. Failed before the hand-off: the commit never
+    returned (the thread was still waiting after 10 s)."""
+    store = Store(tmp_path / "db")
+    log = store._log
+    assert log is not None
+    inside, release = threading.Event(), threading.Event()
+    real = type(log).checkpoint
+
+    def slow(self: object, **kwargs: bool) -> None:
+        inside.set()
+        assert release.wait(10)
+        real(log, **kwargs)
+
+    monkeypatch.setattr(type(log), "checkpoint", slow)
+    checkpointer = threading.Thread(target=store.checkpoint_log)
+    checkpointer.start()
+    assert inside.wait(10)
+    done = threading.Event()
+    submitter = threading.Thread(target=lambda: (store.submit([_put(b"a", b"1")], wait=True), done.set()))
+    submitter.start()
+    while not store._writer._pending:  # type: ignore[union-attr]  # queued behind the checkpoint
+        time.sleep(0.001)
+    monkeypatch.setattr(type(log), "checkpoint", real)
+    release.set()
+    checkpointer.join(10)
+    submitter.join(10)
+    try:
+        assert done.is_set(), "the commit queued during the checkpoint was never led"
+    finally:
+        store.close()

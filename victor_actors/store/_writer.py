@@ -436,9 +436,13 @@ class GroupCommitWriter:
                             done.wake.release()
             self.wal.checkpoint()
         finally:
-            with cond:
-                self._leading = False
-                cond.notify_all()
+            with cond:  # the lead passes to a waiter queued meanwhile (it sleeps on its own job's lock)
+                successor = next((j for j in self._pending if j.wake is not None), None)
+                if successor is None or successor.wake is None:
+                    self._leading = False
+                    cond.notify_all()
+                else:
+                    successor.wake.release()
 
     def close(self) -> None:
         """Write what is queued and stop the flusher. Idempotent."""
