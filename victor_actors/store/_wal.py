@@ -209,7 +209,8 @@ class WriteAheadLog:
         ``new_epoch``), durable before the pin moves to the synced state (unpinned with ``clean``).
 
         Raises:
-            OSError: a write or sync failed; the previous header and pin stand.
+            OSError, lmdb.Error: LMDB's sync failed (nothing changed), or the header's write
+                or sync did, after which the log is ``broken`` (the store takes no more writes).
         """
         self.env.sync(True)
         psize, metas, root, _txnid = lmdb_snapshot(self.data_file)
@@ -226,8 +227,12 @@ class WriteAheadLog:
             metas=metas,
         )
         slot = header.generation % 2
-        os.pwrite(self.fd, pack_header(header), slot * HEADER_SLOT)
-        os.fdatasync(self.fd)
+        try:
+            os.pwrite(self.fd, pack_header(header), slot * HEADER_SLOT)
+            os.fdatasync(self.fd)
+        except BaseException:
+            self.broken = True  # the new header may be on disk: records of the old epoch would not count
+            raise
         self.generation, self.epoch, self.base = header.generation, header.epoch, header.base
         if new_epoch:
             self.offset = RECORDS_START

@@ -408,8 +408,14 @@ class GroupCommitWriter:
         assert self.wal is not None
         try:
             self.wal.checkpoint()
-        except OSError:  # the log keeps every record since the last checkpoint: nothing is lost
-            logger.exception("%s: a checkpoint of the write-ahead log failed; the log goes on", self.path)
+        except Exception:  # the group is durable in the log either way; its callers are not told otherwise
+            if self.wal.broken:
+                self._failed = True
+            logger.exception(
+                "%s: a checkpoint of the write-ahead log failed; %s",
+                self.path,
+                "the store takes no more writes" if self.wal.broken else "the log goes on",
+            )
 
     def checkpoint_log(self) -> None:
         """Commit what is queued, then checkpoint the log now (a no-op without one)."""
