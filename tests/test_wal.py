@@ -515,3 +515,36 @@ def test_a_commit_queued_during_a_checkpoint_is_led_after_it(
         assert done.is_set(), "the commit queued during the checkpoint was never led"
     finally:
         store.close()
+
+
+def test_a_failed_checkpoint_never_fails_a_durable_group(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The group's record was synced, then the checkpoint after it failed writing its header: the
+    caller is told the commit succeeded (it is durable), and the store takes no more writes, since
+    the new header may or may not be on disk. The reopened store has the commit. Failed before the
+    header's failure stopped the writes: the next commit was accepted over that unknown header."""
+    store = Store(tmp_path / "db")
+    log = store._log
+    assert log is not None
+    log.checkpoint_groups = 1  # the next group is followed by a checkpoint
+    real, calls = os.fdatasync, [0]
+
+    def second_fails(fd: int) -> None:
+        calls[0] += 1
+        if calls[0] == 2:  # the first is the group's record, the second the checkpoint's header
+            raise OSError(5, "Input/output error")
+        real(fd)
+
+    monkeypatch.setattr(os, "fdatasync", second_fails)
+    store.submit([_put(b"a", b"1")], wait=True)
+    monkeypatch.setattr(os, "fdatasync", real)
+    assert log.broken
+    with pytest.raises(ScopeFailedError, match="no more writes"):
+        store.submit([_put(b"a", b"2")], wait=True)
+    store.close()
+    reopened = Store(tmp_path / "db")
+    try:
+        assert reopened._get("quarantine", b"a") == b"1"
+    finally:
+        reopened.close()
