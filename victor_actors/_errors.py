@@ -11,6 +11,7 @@ __all__ = [
     "CheckpointNotFoundError",
     "DeadlineExceededError",
     "EncryptionKeyError",
+    "LogCorruptError",
     "OwnerUnavailableError",
     "RuntimeClosedError",
     "ScopeAccessError",
@@ -157,6 +158,18 @@ class CheckpointCorruptError(VictorActorsError):
         # fatal: the record is fine but this code cannot read it (a newer schema,
         # a missing migration); recovery must stop rather than skip it.
         self.fatal = fatal
+
+
+class LogCorruptError(CheckpointCorruptError):
+    """The store's write-ahead log cannot be replayed as it is; nothing was opened or changed.
+
+    Raised on open when a record in the middle of the log fails its check
+    while good records follow it (damage, not a write cut short by a crash),
+    when its sequence numbers are not contiguous, when the log belongs to
+    another store, or when the data file is older than the log's last
+    checkpoint. Opening with ``drop_damaged_log=True`` replays what precedes
+    the damage and drops the rest (docs/adr/0033-write-ahead-log.md).
+    """
 
 
 class StoreLockedError(VictorActorsError):

@@ -181,7 +181,7 @@ class GlobalStateManager:
             ValueError: an option is out of range; nothing was opened.
             TypeError: an option has an unknown name; nothing was opened.
         """
-        Options.of(dict(options))  # refuse bad options before the store is touched
+        opts = Options.of(dict(options))  # refuse bad options before the store is touched
         Validators.of(validators)
         message_types = tuple(message_types)
         for message_type in message_types:
@@ -210,6 +210,7 @@ class GlobalStateManager:
             flush_interval=flush_interval,
             encryption=encryption,
             lock_timeout=float(lock_timeout),
+            wal=opts.wal,
         )
         try:
             manager = cls(

@@ -68,7 +68,12 @@ class Options:
     - ``checkpoint_every`` / ``keep_checkpoints``: a full checkpoint every that many
       commits, and how many are kept;
     - ``idle_timeout``, ``max_live_actors``, ``mailbox_size``, ``backpressure``:
-      passivation, the live-actor cap and bounded mailboxes (see ``docs/scale.md``).
+      passivation, the live-actor cap and bounded mailboxes (see ``docs/scale.md``);
+    - ``wal``: a store's group commits made durable by its write-ahead log (one
+      ``fdatasync`` each, LMDB synced at checkpoints) rather than by a synced LMDB
+      transaction (two flushes); on by default where the system reports its boot id
+      (Linux), see ``docs/adr/0033-write-ahead-log.md``. Either way a commit is
+      acknowledged only once it survives a power loss.
     """
 
     request_timeout: float = attrs.field(default=5.0, validator=_positive, converter=float)
@@ -79,6 +84,7 @@ class Options:
     max_live_actors: int | None = attrs.field(default=None, validator=_optional(_at_least_one))
     mailbox_size: int | None = attrs.field(default=None, validator=_optional(_at_least_one))
     backpressure: Backpressure = attrs.field(default="wait", validator=one_of(BACKPRESSURE_POLICIES))
+    wal: bool = attrs.field(default=True, validator=attrs.validators.instance_of(bool))
 
     @classmethod
     def of(cls, args: dict[str, Any]) -> Options:
@@ -103,3 +109,4 @@ class OptionArgs(TypedDict, total=False):
     max_live_actors: int | None
     mailbox_size: int | None
     backpressure: Backpressure
+    wal: bool

@@ -23,6 +23,7 @@ from victor_actors.store._crypto import Keyring, Sealer
 from victor_actors.store._files import COMPLETE, NEXT, PREVIOUS, OwnerLock
 from victor_actors.store._rewrite import Copier
 from victor_actors.store._store import Store
+from victor_actors.store._walrecover import settle_log
 
 __all__ = ["encrypt_in_place", "is_encrypted", "rekey"]
 
@@ -119,6 +120,7 @@ def _rewrite(
 ) -> int:
     """Copy the store ``lock`` holds into ``NEXT``, check the copy, and swap it in."""
     store_path = lock.store_path
+    settle_log(lock.data, store_path, map_size)  # the log's tail into the data file, which is synced
     source = Store(
         store_path,
         read_only=True,

@@ -22,7 +22,10 @@ follows deletes the source). So:
   whether or not they open (one that does not open keeps its bytes as they
   were, sealed again), so a rewrite never refuses because of them.
 - **Nothing it does not know**: a named database other than the store's own,
-  or a second record in ``meta``, refuses the rewrite.
+  or a second record in ``meta`` (but ``meta/wal``, where the data file is in
+  its write-ahead log), refuses the rewrite. The source's log is replayed and
+  emptied under the owner lock before the copy starts (``_rekey.py``), so no
+  acknowledged commit lives only in a log the copy would not read.
 - **Counted before the swap**: each database of the copy must hold as many
   records as were written to it (no two records landed on one key), and at
   least as many as the source holds, less those dropped on request; the
@@ -49,6 +52,7 @@ from victor_actors.store._heads import decode_head, encode_head
 from victor_actors.store._keys import ROOT_PARENT, is_head, place, ref_from_key
 from victor_actors.store._meta import META_KEY
 from victor_actors.store._store import Store
+from victor_actors.store._wal import WAL_KEY
 from victor_actors.store._writer import WriteTxn
 
 __all__ = ["Copier"]
@@ -360,7 +364,8 @@ class Copier:
         with env.begin() as txn:
             names = [bytes(k) for k, _ in txn.cursor()]
         unknown = sorted(n.decode("utf-8", "replace") for n in names if n.decode("latin-1") not in Store.DBS)
-        extra_meta = [k for k, _ in self._records("meta") if k != META_KEY]
+        # meta/wal is the data file's place in its own write-ahead log: the copy starts a log of its own
+        extra_meta = [k for k, _ in self._records("meta") if k not in (META_KEY, WAL_KEY)]
         if unknown or extra_meta:
             what = (
                 f"the databases {unknown}"

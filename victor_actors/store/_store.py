@@ -100,6 +100,16 @@ from victor_actors.store._meta import (
 from victor_actors.store._meta import pack as pack_meta
 from victor_actors.store._meta import parse as parse_meta
 from victor_actors.store._seek import prefix_items
+from victor_actors.store._wal import WriteAheadLog, growing
+from victor_actors.store._walfile import LOG_NAME, LogRead, boot_id, read_log
+from victor_actors.store._walrecover import (
+    Replay,
+    needs_restore,
+    plan_replay,
+    restore_after_restart,
+    start_log,
+    tail_beyond,
+)
 from victor_actors.store._writer import GroupCommitWriter, ResizeGate, TxnOp, WriteTxn
 
 __all__ = ["Store"]
@@ -155,8 +165,21 @@ class Store:
         max_batch: int = 2048,
         encryption: Keyring | None = None,
         lock_timeout: float = 0.0,
+        wal: bool = True,
+        drop_damaged_log: bool = False,
     ) -> None:
         self.path = os.fspath(path)
+        # the write-ahead log (docs/adr/0033): a writer's, where the system reports its boot
+        self._wal_enabled = bool(wal) and not read_only and boot_id() is not None
+        self._drop_damaged_log = drop_damaged_log
+        self._log: WriteAheadLog | None = None
+        self.log_tail = 0  # read-only: records of the log the data file does not hold yet
+        self.log_replayed = 0  # writable: records of the log replayed into the data file by this open
+        self._log_read: LogRead | None = None
+        self._replay = Replay(None, 0, ())
+        self._writes_begun = read_only
+        self._data_dir = ""
+        self._restored = False
         self._lock_timeout = lock_timeout
         self.read_only = read_only
         self.codec = codec or Codec()
@@ -168,10 +191,24 @@ class Store:
             raise EncryptionKeyError(f"encryption takes a Keyring, not {type(encryption).__name__}")
         self._open(map_size)
         try:
+            if not read_only:  # checked now; replayed before the open's first write (_begin_writes)
+                self._replay = plan_replay(
+                    self.env, self.dbs, self._log_read, path=self.path, drop_damaged=drop_damaged_log
+                )
+            else:
+                self.log_tail = tail_beyond(self.env, self.dbs, self._log_read, self.path)
+                if self.log_tail:
+                    logger.warning(
+                        "%s: opened read-only with %d record(s) of its write-ahead log not in the data file "
+                        "(its owner is writing them, or stopped before they reached it: a writable open "
+                        "replays them); serving the data file's state",
+                        self.path,
+                        self.log_tail,
+                    )
             meta = self._read_meta()
             if not is_encrypted(meta):
                 self._refuse_sealed_records()
-                if encryption is not None and not self._is_empty():
+                if encryption is not None and not (self._is_empty() and not self._replay.todo):
                     raise EncryptionKeyError(
                         f"the store at {self.path!r} is not encrypted and holds {self.scope_count()} scopes; "
                         "open it without a keyring, or with encryption_migrate=True to encrypt it first "
@@ -189,6 +226,10 @@ class Store:
             self._adopt_record_limit(meta)
             if not read_only and "children" not in self.dbs:
                 self._build_index()
+            if not read_only:
+                self._begin_writes()
+            if self._log is not None:
+                self._log.checkpoint()  # what the open wrote (pinned, unsynced) is synced
         except BaseException:
             self._close_env()
             raise
@@ -208,6 +249,7 @@ class Store:
                 path=self.path,
                 flush_interval=flush_interval,
                 max_batch=max_batch,
+                wal=self._log,
             )
 
     def _open(self, map_size: int) -> None:
@@ -222,31 +264,27 @@ class Store:
             self._owner = OwnerLock(self.path, timeout=self._lock_timeout)
             data = self._owner.data
             data_file = os.path.join(data, "data.mdb")
+        self._data_dir = data
+        self._restored = False
         try:
+            self._log_read = read_log(os.path.join(data, LOG_NAME))
+            if self.read_only and needs_restore(self._log_read):
+                raise VictorActorsError(
+                    f"the store at {self.path!r} was open for writing when the machine restarted, and its "
+                    "data file may hold writes that never reached the disk whole; open it for writing once "
+                    "(which recovers it from its write-ahead log) before reading it; nothing was opened"
+                )
+            if not self.read_only:
+                self._restored = restore_after_restart(data, self._log_read)
             check_data_file(data_file)
             self._data_file = data_file
-            self.env = lmdb.open(
-                data,
-                map_size=map_size,
-                max_dbs=len(self.DBS) + 2,
-                readonly=self.read_only,
-                sync=True,
-                metasync=True,
-                readahead=False,
-                max_readers=1024,
-            )
-            self._env_open = True
-            self.dbs: dict[str, Any] = {}
-            for name in self.DBS:
-                # a store from before the children index has none: built on a writable open
-                # (_build_index), a full scan instead when read-only
-                create = not self.read_only and name != "children"
-                try:
-                    self.dbs[name] = self.env.open_db(name.encode(), create=create)
-                except lmdb.NotFoundError:
-                    # stores from before meta records, the children index or format 2 lack them
-                    if name not in ("meta", "children", "chunks", "kv"):
-                        raise
+            wal = self._wal_enabled  # with the log, LMDB is synced at its checkpoints
+            self._open_env(data, map_size, sync=not wal)
+            if self._missing:  # created in a synced environment: no unsynced write before the log's pin
+                self._shut_env()
+                self._open_env(data, map_size, sync=True)
+                self._shut_env()
+                self._open_env(data, map_size, sync=False)
         except lmdb.Error as exc:
             self._release_lock()
             raise VictorActorsError(f"cannot open a victor_actors store at {self.path!r}: {exc}") from exc
@@ -254,16 +292,72 @@ class Store:
             self._release_lock()
             raise
 
+    def _open_env(self, data: str, map_size: int, *, sync: bool) -> None:
+        """Open LMDB and its databases; an unsynced writer creates none (``_missing`` names them)."""
+        self.env = lmdb.open(
+            data,
+            map_size=map_size,
+            max_dbs=len(self.DBS) + 2,
+            readonly=self.read_only,
+            sync=sync,
+            metasync=True,
+            readahead=False,
+            max_readers=1024,
+        )
+        self._env_open = True
+        self.dbs: dict[str, Any] = {}
+        self._missing: list[str] = []
+        for name in self.DBS:
+            # a store from before the children index has none: built on a writable open
+            # (_build_index), a full scan instead when read-only
+            create = not self.read_only and name != "children"
+            try:
+                self.dbs[name] = self.env.open_db(name.encode(), create=create and sync)
+            except lmdb.NotFoundError:
+                if create:
+                    self._missing.append(name)
+                # stores from before meta records, the children index or format 2 lack them
+                elif name not in ("meta", "children", "chunks", "kv"):
+                    raise
+
+    def _begin_writes(self) -> None:
+        """Before a writable open's first write: replay the log's tail and start the live log.
+
+        Everything that can refuse the open runs before this, so a refused
+        open writes nothing (after a machine restart the meta pages were put
+        back already, which loses nothing: the log still holds what follows).
+        """
+        if self._writes_begun:
+            return
+        self._writes_begun = True
+        self._log = start_log(
+            self.env,
+            self.dbs,
+            self._data_dir,
+            self._log_read,
+            self._replay,
+            restored=self._restored,
+            enabled=self._wal_enabled,
+            path=self.path,
+        )
+        self.log_replayed = len(self._replay.todo)
+        self._log_read = None
+
     def _build_index(self) -> None:
         """Create the ``children`` index from the scope records, in one write transaction."""
+        self._begin_writes()
         entries = []
         for record in self.scope_records():
             entries.append(self._child_entry(record, self.layout.ref_key(record.ref)))
-        with self.env.begin(write=True) as txn:
-            handle = self.env.open_db(b"children", txn=txn, create=True)
-            for key, raw in entries:
-                txn.put(key, raw, db=handle)
-        self.dbs["children"] = handle
+
+        def build() -> Any:
+            with self.env.begin(write=True) as txn:
+                handle = self.env.open_db(b"children", txn=txn, create=True)
+                for key, raw in entries:
+                    txn.put(key, raw, db=handle)
+            return handle
+
+        self.dbs["children"] = growing(self.env, self._log, build)
         if entries:
             logger.info("built the children index of %s (%d scopes)", self.path, len(entries))
 
@@ -273,10 +367,16 @@ class Store:
         return "children" in self.dbs
 
     def _close_env(self) -> None:
+        self._shut_env()
+        self._release_lock()
+
+    def _shut_env(self) -> None:
+        log, self._log = getattr(self, "_log", None), None
+        if log is not None:
+            log.drop()  # unpinned before the environment closes
         if getattr(self, "_env_open", False):
             self._env_open = False
             self.env.close()
-        self._release_lock()
 
     def _read_meta(self) -> dict[str, Any] | None:
         """The meta record's fields (see ``_meta.py``); CheckpointCorruptError if it is malformed."""
@@ -361,8 +461,13 @@ class Store:
         return keys_for(meta, keyring, self.path)
 
     def _put_meta(self, record: dict[str, Any]) -> None:
-        with self.env.begin(write=True, db=self.dbs["meta"]) as txn:
-            txn.put(META_KEY, pack_meta(record))
+        self._begin_writes()
+
+        def put() -> None:
+            with self.env.begin(write=True, db=self.dbs["meta"]) as txn:
+                txn.put(META_KEY, pack_meta(record))
+
+        growing(self.env, self._log, put)
 
     @property
     def encrypted(self) -> bool:
@@ -396,6 +501,17 @@ class Store:
             raise ScopeFailedError("the store is closed or read-only; nothing was written")
         self._writer.submit(ops, wait=wait)
 
+    @property
+    def wal(self) -> bool:
+        """Whether this store's commits go through its write-ahead log (docs/adr/0033)."""
+        return self._log is not None
+
+    def checkpoint_log(self) -> None:
+        """Sync LMDB and empty the write-ahead log now (done on its own every few hundred groups and
+        on close); a no-op without a log."""
+        if not self._closed and self._writer is not None:
+            self._writer.checkpoint_log()
+
     def flush(self) -> None:
         """Return once everything submitted before the call is durable."""
         if not self._closed and self._writer is not None:
@@ -408,7 +524,11 @@ class Store:
         if self._writer is not None:
             self._writer.close()
         self._closed = True
-        self._close_env()
+        try:
+            if self._log is not None:
+                self._log.close()  # a clean checkpoint: LMDB synced, the log empty
+        finally:
+            self._close_env()
 
     def forget_after_fork(self) -> None:
         """In a forked child: drop this process's hold on the owner lock, leave everything else alone.
@@ -988,6 +1108,12 @@ class Store:
         damage; in a store of format 1, which may predate heads, it gets the
         newest version it holds instead.
         """
+        self._begin_writes()
+        given = growing(self.env, self._log, partial(self._give_heads, old_format))
+        if given:
+            logger.info("gave %d scopes of %s a head record (store format 3)", given, self.path)
+
+    def _give_heads(self, old_format: int) -> int:
         scopes, log, ckpt = self.dbs["scopes"], self.dbs["log"], self.dbs["ckpt"]
         given = 0
         with self.env.begin(write=True) as txn:
@@ -1006,8 +1132,7 @@ class Store:
                 version = max(versions, default=0)
                 txn.put(head_key, self._sealed(encode_head(head_key, version), "log", head_key), db=log)
                 given += 1
-        if given:
-            logger.info("gave %d scopes of %s a head record (store format 3)", given, self.path)
+        return given
 
     def last_txnid(self) -> int:
         """The id of the newest write transaction committed to the store, by any process.
