@@ -43,7 +43,7 @@ from typing import Any
 
 import attrs
 
-from victor_actors import _trace
+from victor_actors import _clock, _trace
 from victor_actors._context import RUN_ID
 from victor_actors._errors import VictorActorsError
 from victor_actors._kernel import Kernel
@@ -350,10 +350,10 @@ class ToolDispatcher:
         Requests listed in :attr:`unhandled` are not running: they do not
         keep this waiting.
         """
-        deadline = time.monotonic() + timeout
+        left = _clock.timer(_clock.monotonic() + timeout)
         with self._lock:
             while self._inflight:
-                remaining = deadline - time.monotonic()
+                remaining = left()
                 if remaining <= 0:
                     return False
                 self._idle.wait(remaining)
