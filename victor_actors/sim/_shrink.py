@@ -24,9 +24,18 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from victor_actors.sim._schedule import Pick
+from victor_actors.sim._schedule import Pick, encode_token
 
-__all__ = ["Shrunk", "shrink_picks"]
+__all__ = ["Attempt", "Shrunk", "shrink_picks", "shrink_schedule"]
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One replay's outcome, as the shrinker compares them."""
+
+    failed: tuple[str, ...]  # the invariants that failed
+    steps: int  # the steps the run took
+    history: tuple[tuple[str, str, str], ...] = ()  # (agent, call, outcome), when known
 
 
 @dataclass(frozen=True)
@@ -97,3 +106,50 @@ def shrink_picks(
                     attempt(best[:start] + [(who, 0.0) for who, _ in span] + best[start + size :])
             size //= 2
     return best, runs
+
+
+def shrink_schedule(
+    run: Callable[[str], Attempt],
+    seed: int,
+    picks: Sequence[Pick],
+    original: Attempt,
+    *,
+    invariant: str | None = None,
+    max_runs: int = 200,
+) -> Shrunk:
+    """Shrink a failing schedule: ``run(token)`` replays a token; ``original`` is how the whole one failed.
+
+    A shorter schedule is kept when the same invariants fail: exactly the set
+    ``original`` failed, or, with ``invariant``, at least that one.
+
+    Raises:
+        ValueError: ``original`` does not fail (that invariant); nothing was run.
+    """
+    if not original.failed or (invariant is not None and invariant not in original.failed):
+        raise ValueError(
+            f"shrinking needs a failing run{f' of {invariant!r}' if invariant else ''}; this one "
+            f"failed {list(original.failed) or 'nothing'}, so nothing was shrunk"
+        )
+    target = {invariant} if invariant is not None else set(original.failed)
+    kept = [original]
+
+    def fails(candidate: list[Pick]) -> bool:
+        got = run(encode_token(seed, candidate))
+        failed = set(got.failed)
+        if target <= failed if invariant is not None else failed == target:
+            kept.append(got)  # the last one kept is the shortest: each success replaces the best
+            return True
+        return False
+
+    best, runs = shrink_picks(fails, picks, max_runs=max_runs)
+    last = kept[-1]
+    return Shrunk(
+        tuple(best),
+        encode_token(seed, best),
+        last.failed,
+        len(picks),
+        last.steps,
+        original.steps,
+        runs,
+        last.history,
+    )

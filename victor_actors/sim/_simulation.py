@@ -36,7 +36,7 @@ from victor_actors.sim._agents import AgentSpec, SimAgent
 from victor_actors.sim._faults import FaultPlan
 from victor_actors.sim._record import Ledger, SimRun, read_scopes
 from victor_actors.sim._schedule import Pick, Schedule, decode_token, encode_token
-from victor_actors.sim._shrink import Shrunk, shrink_picks
+from victor_actors.sim._shrink import Attempt, Shrunk, shrink_schedule
 from victor_actors.sim._sim_report import Invariant, SimReport, check
 
 __all__ = ["Simulation", "Turn"]
@@ -93,7 +93,7 @@ class Simulation:
         replay: str | None = None,
     ) -> None:
         self._kwargs: dict[str, Any] = dict(
-            steps=steps, seconds=seconds, seed=seed, asyncio_share=asyncio_share, faults=faults,
+            steps=steps, seconds=seconds, asyncio_share=asyncio_share, faults=faults,
             invariants=invariants, setup=setup, agent_state=agent_state, observe=observe,
             durability=durability, deterministic=deterministic, step_seconds=step_seconds,
         )  # fmt: skip
@@ -315,63 +315,50 @@ class Simulation:
 
     # -- shrinking --------------------------------------------------------------------------------
 
-    def again(self, picks: list[Pick] | None = None) -> Simulation:
-        """A new simulation like this one (in a temporary store), replaying ``picks`` if given."""
-        sim = Simulation(self.turn, self.specs, **self._kwargs)
-        sim.seed = self.seed
-        sim.deterministic = True if picks is not None else self.deterministic
-        sim._picks = picks if picks is not None else self._picks
-        return sim
+    def again(self, replay: str | None = None) -> Simulation:
+        """A new simulation like this one, in a temporary store; ``replay``: a token to run instead."""
+        kwargs = dict(self._kwargs, seed=self.seed)
+        if replay is not None:
+            kwargs["replay"] = replay
+        elif self._picks is not None:
+            kwargs["replay"] = encode_token(self.seed, self._picks)
+        return Simulation(self.turn, self.specs, **kwargs)
+
+    def attempt(self, report: SimReport) -> Attempt:
+        """This run's outcome, as the shrinker compares them (after :meth:`run`)."""
+        history = tuple(self.schedule.history) if self.schedule is not None else ()
+        return Attempt(tuple(report.failed), len(history), history)
 
     def shrink(
         self, report: SimReport | None = None, *, invariant: str | None = None, max_runs: int = 200
     ) -> Shrunk:
         """Shorten this deterministic simulation's failing schedule (``_shrink.py``, delta debugging).
 
-        ``report`` is this simulation's failing report (run it first if None).
+        ``report`` is this simulation's failing report (it is run first if None).
         The shrunk schedule must fail the same invariants: the very set that
-        failed, or the one named ``invariant``. Every attempt is a whole run
-        in a temporary store, at most ``max_runs`` of them.
+        failed, or at least the one named ``invariant``. Every attempt is a
+        whole run in a temporary store, at most ``max_runs`` of them. The
+        result's ``token`` replays it: ``Simulation(..., replay=token)``.
 
         Raises:
             ValueError: the simulation is not deterministic, or its report does not fail (that
-                invariant); nothing was run.
+                invariant); nothing was shrunk.
         """
         if not self.deterministic:
             raise ValueError("only a deterministic Simulation has a schedule to shrink; nothing was run")
         report = report if report is not None else self.run()
-        schedule = self.schedule
-        if schedule is None or report.ok or (invariant is not None and invariant not in report.failed):
-            raise ValueError(
-                f"shrinking needs a failing run{f' of {invariant!r}' if invariant else ''}; "
-                f"this one failed {report.failed or 'nothing'}, so nothing was shrunk"
-            )
-        target = {invariant} if invariant is not None else set(report.failed)
-        outcome: dict[int, tuple[SimReport, Simulation]] = {}
+        if self.schedule is None:
+            raise ValueError("this simulation has not run yet: run() it, then shrink its report")
 
-        def fails(picks: list[Pick]) -> bool:
-            sim = self.again(picks)
-            got = sim.run()
-            failed = set(got.failed)
-            same = target <= failed if invariant is not None else failed == target
-            if same:
-                outcome[len(outcome)] = (got, sim)
-            return same
+        def replay(token: str) -> Attempt:
+            sim = self.again(token)
+            return sim.attempt(sim.run())
 
-        picks, runs = shrink_picks(fails, schedule.picks, max_runs=max_runs)
-        if outcome:
-            last, sim = outcome[len(outcome) - 1]
-            assert sim.schedule is not None
-            history, steps, failed = sim.schedule.history, len(sim.schedule.history), last.failed
-        else:  # nothing shorter failed: the original is its own shrink
-            history, steps, failed = schedule.history, len(schedule.history), report.failed
-        return Shrunk(
-            tuple(picks),
-            encode_token(self.seed, picks),
-            tuple(failed),
-            len(schedule.picks),
-            steps,
-            len(schedule.history),
-            runs,
-            tuple(history),
+        return shrink_schedule(
+            replay,
+            self.seed,
+            self.schedule.picks,
+            self.attempt(report),
+            invariant=invariant,
+            max_runs=max_runs,
         )
