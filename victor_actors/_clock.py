@@ -41,7 +41,17 @@ from contextlib import contextmanager
 
 from victor_actors._errors import VictorActorsError
 
-__all__ = ["VirtualClock", "current", "monotonic", "remaining", "sleep", "time", "timer", "use_clock"]
+__all__ = [
+    "VirtualClock",
+    "current",
+    "monotonic",
+    "remaining",
+    "sleep",
+    "time",
+    "timer",
+    "use_clock",
+    "virtual",
+]
 
 
 def _real_remaining(deadline: float) -> float:
@@ -62,6 +72,8 @@ remaining: Callable[[float], float] = _real_remaining
 timer: Callable[[float], Callable[[], float]] = _real_timer
 #: ``sleep(seconds)``: a pause in clock time (a virtual clock advances instead of blocking).
 sleep: Callable[[float], None] = _time.sleep
+#: Whether a virtual clock is installed (a plain attribute: cheap to test on the request path).
+virtual = False
 
 _installed: VirtualClock | None = None
 _install_lock = threading.Lock()
@@ -145,14 +157,14 @@ def use_clock(clock: VirtualClock) -> Iterator[VirtualClock]:
             two deterministic simulations cannot share a process's time); the
             clock in place is left as it was.
     """
-    global _installed, monotonic, time, remaining, timer, sleep
+    global _installed, monotonic, time, remaining, timer, sleep, virtual
     with _install_lock:
         if _installed is not None:
             raise VictorActorsError(
                 f"a virtual clock is already installed ({_installed!r}); one deterministic simulation "
                 "at a time per process: the installed clock was left in place"
             )
-        _installed = clock
+        _installed, virtual = clock, True
         monotonic, time, remaining, timer, sleep = (
             clock.monotonic,
             clock.time,
@@ -164,7 +176,7 @@ def use_clock(clock: VirtualClock) -> Iterator[VirtualClock]:
         yield clock
     finally:
         with _install_lock:
-            _installed = None
+            _installed, virtual = None, False
             monotonic, time, remaining, timer, sleep = (
                 _time.monotonic,
                 _time.time,

@@ -206,8 +206,10 @@ class ScopeHandle:
         run_id = None
         if run is not None:
             deadline = run_bound_deadline(deadline)
+            wait = _clock.remaining(deadline)
             run_id = run.id
-        wait = _clock.remaining(deadline)  # how long the caller blocks (see _clock)
+        elif _clock.virtual:
+            wait = _clock.remaining(deadline)  # virtual time stands still while the caller waits
         return ApplyRequest(transitions, expected_version, deadline, run_id, reply), wait, parts  # type: ignore[arg-type]
 
     def _captured(self, batch: BatchLike, cell: ScopeCell | None = None) -> tuple[StateTransition, ...]:
