@@ -28,8 +28,8 @@ from victor_actors import (
     _clock,
 )
 from victor_actors.lowlevel import VirtualClock, current_clock, use_clock
-from victor_actors.sim import SimRun, Simulation, layout
-from victor_actors.sim._schedule import ReplayTokenError, decode_token
+from victor_actors.sim import ReplayTokenError, SimRun, Simulation, layout
+from victor_actors.sim._schedule import decode_token
 
 # -- the planted races ------------------------------------------------------------------------------
 
@@ -219,6 +219,35 @@ def test_tool_calls_complete_in_an_order_the_schedule_picks() -> None:
     assert _tool_run(4) == (order, history)
     assert len(order) == 6 and sum(who.startswith("tool@") for who, _, _ in history) == 6
     assert len({tuple(_tool_run(seed)[0]) for seed in range(5, 9)} | {tuple(order)}) > 1
+
+
+def test_a_turn_that_waits_for_its_tool_result_is_served_by_the_schedule() -> None:
+    """``agent.wait_tool_result`` in a deterministic run: the agent waits out of the picks until the
+    schedule has run its scope's call, then gets the result; without that the driver would block on
+    a call that only a later pick runs (until the wait's timeout)."""
+
+    def turn(agent: Any) -> Any:
+        rid = f"{agent.name}-{agent.turns}"
+        yield agent.apply(TransitionBatch().execute_tool("double", {"n": agent.turns}, request_id=rid))
+        message = yield agent.wait_tool_result(rid, timeout=30.0)
+        agent.ack((yield agent.apply(TransitionBatch().update_state("last", message["content"]))))
+
+    def run(seed: int) -> tuple[Any, ...]:
+        def setup(manager: GlobalStateManager) -> None:
+            manager.register_tool("double", lambda call: 2 * call.arguments["n"])
+
+        sim = Simulation(turn, layout(1, 1, 2), steps=2, seed=seed, deterministic=True, setup=setup)
+        report = sim.run()
+        assert report.ok, report.to_dict()
+        assert sim.schedule is not None
+        assert [
+            r.values["last"] for ref, r in sorted(report.run.reopened.items()) if ref.startswith("conv")
+        ] == [4, 4]
+        return tuple(sim.schedule.history)
+
+    history = run(5)
+    assert history == run(5)
+    assert any(call == "wait_tool_result" for _, call, _ in history)  # it waited for the schedule
 
 
 def test_subscribers_see_the_same_events_in_the_same_order_for_one_seed() -> None:

@@ -91,6 +91,14 @@ class SimAgent:
         h = on or self.conv
         return Step(h.snapshot, h.asnapshot)
 
+    def wait_tool_result(self, request: Any, *, on: ScopeHandle | None = None, timeout: float = 60.0) -> Step:
+        """Wait until the tool ``request`` (its id, or the request) is answered; its result.
+
+        In a deterministic simulation the agent waits until the schedule has run the call.
+        """
+        h = on or self.conv
+        return Step(h.wait_tool_result, h.await_tool_result, request, timeout=timeout)
+
     def sleep(self, seconds: float) -> Step:
         return Step(clock_sleep, asyncio.sleep, seconds)  # in a deterministic run: virtual time
 

@@ -25,6 +25,12 @@ then agents in their order, no time passing) and takes no more. A pick
 naming an agent that has finished or a scope with no tool waiting is
 skipped; one naming an agent asleep wakes it (the clock jumps). See
 ``_shrink.py`` and ADR 0034.
+
+A step that would block until a tool answers (``agent.wait_tool_result``, or
+any step whose call is ``ScopeHandle.wait_tool_result``) is not run while its
+scope has calls held: the agent waits, out of the picks, until the schedule
+has run them, and its step runs then. A wait hidden inside another call
+cannot be seen, and waits until its own timeout.
 """
 
 from __future__ import annotations
@@ -39,9 +45,9 @@ import zlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from victor_actors import GlobalStateManager, StateChanged, VictorActorsError
+from victor_actors import GlobalStateManager, ScopeHandle, StateChanged, VictorActorsError
 from victor_actors._snapshot import ContextSnapshot
-from victor_actors.lowlevel import StepGen, VirtualClock, current_clock
+from victor_actors.lowlevel import Step, StepGen, VirtualClock, current_clock
 
 __all__ = ["Pick", "ReplayTokenError", "Schedule", "clock_sleep", "decode_token", "encode_token"]
 
@@ -78,8 +84,15 @@ def _outcome(value: Any, error: BaseException | None) -> str:
     return type(value).__name__
 
 
+def _tool_wait(step: Step) -> Any:
+    """The scope a step blocks on until its tool answers (``ScopeHandle.wait_tool_result``), or None."""
+    if getattr(step.sync, "__func__", None) is ScopeHandle.wait_tool_result:
+        return getattr(step.sync, "__self__", None)
+    return None
+
+
 class _Live:
-    __slots__ = ("ctx", "error", "gen", "value", "wake")
+    __slots__ = ("ctx", "error", "gen", "step", "value", "waits_for", "wake")
 
     def __init__(self, gen: StepGen[Any]) -> None:
         self.gen = gen
@@ -87,6 +100,8 @@ class _Live:
         self.value: Any = None
         self.error: BaseException | None = None
         self.wake = 0.0
+        self.step: Step | None = None  # a step taken from the generator, not run yet (a tool wait)
+        self.waits_for: str | None = None  # the scope whose held tool calls that step waits for
 
 
 class Schedule:
@@ -136,6 +151,9 @@ class Schedule:
         finishing = False
         while True:
             held = [f"{TOOL}{ref}" for ref, _ in tools.held()]
+            for agent in live.values():  # a wait for a tool result is served once its scope's calls ran
+                if agent.waits_for is not None and f"{TOOL}{agent.waits_for}" not in held:
+                    agent.waits_for = None
             if not live and not held:
                 return
             delay = 0.0
@@ -151,7 +169,7 @@ class Schedule:
                     continue
             else:
                 now = clock.monotonic()
-                ready = [n for n, a in live.items() if a.wake <= now] + held
+                ready = [n for n, a in live.items() if a.wake <= now and a.waits_for is None] + held
                 if not ready:  # everyone asleep: time jumps to the first to wake
                     clock.advance_to(min(a.wake for a in live.values()))
                     continue
@@ -170,15 +188,24 @@ class Schedule:
     def _step(self, manager: GlobalStateManager, who: str, live: dict[str, _Live]) -> None:
         agent = live[who]
         self.clock.advance_to(agent.wake)  # picked while asleep (a replay, or finishing): it wakes now
-        try:
-            if agent.error is None:
-                step = agent.ctx.run(agent.gen.send, agent.value)
-            else:
-                step = agent.ctx.run(agent.gen.throw, agent.error)
-        except StopIteration:
-            del live[who]
+        if agent.step is not None:
+            step, agent.step = agent.step, None
+        else:
+            try:
+                if agent.error is None:
+                    step = agent.ctx.run(agent.gen.send, agent.value)
+                else:
+                    step = agent.ctx.run(agent.gen.throw, agent.error)
+            except StopIteration:
+                del live[who]
+                return
+            agent.value, agent.error = None, None
+        handle = _tool_wait(step)
+        if handle is not None and any(ref == handle.ref for ref, _ in manager.tools.held()):
+            # it would block on a call that is a later pick: it waits (not ready) until that call ran
+            agent.step, agent.waits_for = step, handle.ref
+            self.history.append((who, "wait_tool_result", "waits for its scope's tool calls"))
             return
-        agent.value, agent.error = None, None
         if step.sync is clock_sleep:  # the agent sleeps in the schedule's time, the others go on
             (seconds,) = step.args
             agent.wake = self.clock.monotonic() + max(float(seconds), 0.0)
