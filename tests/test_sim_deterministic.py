@@ -413,7 +413,11 @@ def test_simulate_replay_with_timeouts_replays_and_shrink_prints_a_token(
 def test_the_pytest_plugin_names_a_failing_simulation_and_shrinks_it(
     tmp_path: Any, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A test's failed deterministic Simulation is reported with its token; ``--victor-shrink`` shrinks it."""
+    """A test's failed deterministic Simulation is reported with its token; ``--victor-shrink`` shrinks it.
+
+    Only the simulations the test ran are reported: the attempts of a shrink inside the test are not
+    (the first version listed each of them, and shrank each one again).
+    """
     test_file = tmp_path / "test_sim_fails.py"
     test_file.write_text(
         "from victor_actors import TransitionBatch\n"
@@ -430,7 +434,12 @@ def test_the_pytest_plugin_names_a_failing_simulation_and_shrinks_it(
         "def test_lost(victor_seed):\n"
         "    sim = Simulation(lost_update, layout(1, 1, 3), steps=4, seed=victor_seed, deterministic=True,\n"
         "                     invariants=[counter_matches])\n"
-        "    assert sim.run().ok\n"
+        "    assert sim.run().ok\n\n"
+        "def test_shrinks_itself():\n"
+        "    sim = Simulation(lost_update, layout(1, 1, 3), steps=4, seed=11, deterministic=True,\n"
+        "                     invariants=[counter_matches])\n"
+        "    sim.shrink()\n"
+        "    assert False, 'shrunk'\n"
     )
     monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
     argv = [str(test_file), "-q", "-p", "no:cacheprovider", "-p", "victor_actors.testing._plugin"]
@@ -440,6 +449,8 @@ def test_the_pytest_plugin_names_a_failing_simulation_and_shrinks_it(
     assert "victor_seed was 11: replay with --victor-seed 11" in out
     assert "a deterministic Simulation failed counter matches (seed 11" in out
     assert "shrunk from " in out and "to 2 (4 steps)" in out and out.count("replay=") >= 2
+    # a shrink inside a test reports the simulation it shrank, not each of its failing attempts
+    assert out.count("a deterministic Simulation failed") == 2
 
 
 if __name__ == "__main__":  # one run of the timeout race, for the two-process test

@@ -131,6 +131,7 @@ class Simulation:
         self.store, self.durability = store, durability
         self.deterministic = deterministic
         self.step_seconds = step_seconds
+        self._notify = True  # tell the watchers (the pytest plugin) of a deterministic run; not a shrink's
         self.schedule: Schedule | None = None  # the deterministic mode's schedule, once run
         self.ledger = Ledger()
         self.agents: list[SimAgent] = []
@@ -262,7 +263,7 @@ class Simulation:
         if self.deterministic:
             with use_clock(VirtualClock()):
                 report = self._run(tick, sink)
-            for watch in list(_watchers):
+            for watch in list(_watchers) if self._notify else ():
                 watch(self, report)
             return report
         return self._run(tick, sink)
@@ -322,7 +323,9 @@ class Simulation:
             kwargs["replay"] = replay
         elif self._picks is not None:
             kwargs["replay"] = encode_token(self.seed, self._picks)
-        return Simulation(self.turn, self.specs, **kwargs)
+        sim = Simulation(self.turn, self.specs, **kwargs)
+        sim._notify = False  # a replay of this one (a shrink's attempt): the plugin reports this one only
+        return sim
 
     def attempt(self, report: SimReport) -> Attempt:
         """This run's outcome, as the shrinker compares them (after :meth:`run`)."""
