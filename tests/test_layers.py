@@ -22,6 +22,7 @@ LAYERS: list[tuple[str, list[str]]] = [
         "values",
         [
             "_errors",
+            "_clock",
             "_context",
             "_options",
             "_twins",

@@ -12,13 +12,13 @@ import itertools
 import logging
 import queue
 import threading
-import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
 import attrs
 import pykka
 
+from victor_actors import _clock
 from victor_actors._cell import ScopeCell
 from victor_actors._context import RUN_ID
 from victor_actors._errors import (
@@ -244,7 +244,7 @@ class ScopeActor(pykka.ThreadingActor):
             if self._answers and self.actor_inbox.empty():
                 self._answer()
             cell.busy = bool(self._staged)  # staged commits keep the scope from being passivated
-            cell.last_active = time.monotonic()
+            cell.last_active = _clock.monotonic()
 
     # -- group commit of one scope's requests ------------------------------------------------
     #
@@ -407,7 +407,7 @@ class ScopeActor(pykka.ThreadingActor):
                 assert req.work is not None
                 txn.votes.put((True, state))
                 try:
-                    item = req.work.get(timeout=max(txn.deadline + 1.0 - time.monotonic(), 0.001))
+                    item = req.work.get(timeout=max(_clock.remaining(txn.deadline + 1.0), 0.001))
                 except queue.Empty:
                     item = None
                 if item is None:
@@ -459,7 +459,7 @@ class ScopeActor(pykka.ThreadingActor):
             raise ScopeFailedError(
                 f"{state.ref} has failed for good ({cell.failed_reason}); nothing was applied"
             )
-        if deadline is not None and time.monotonic() > deadline:
+        if deadline is not None and _clock.monotonic() > deadline:
             raise DeadlineExceededError(
                 f"{state.ref}: the {what}'s deadline passed while it waited in the mailbox; "
                 "nothing was applied"
@@ -515,7 +515,7 @@ class ScopeActor(pykka.ThreadingActor):
         commit_id = self._host.new_commit_id()
         if req.reset_to is None:
             new_state, record = reduce(
-                state, req.transitions, commit_id=commit_id, run_id=req.run_id, timestamp=time.time()
+                state, req.transitions, commit_id=commit_id, run_id=req.run_id, timestamp=_clock.time()
             )
         else:
             target = req.reset_to(state) if callable(req.reset_to) else req.reset_to
@@ -523,7 +523,7 @@ class ScopeActor(pykka.ThreadingActor):
                 new_state, record = reduce(state, (), commit_id=commit_id, run_id=req.run_id)
             else:
                 new_state, record = _reset_step(
-                    state, target, commit_id=commit_id, run_id=req.run_id, timestamp=time.time()
+                    state, target, commit_id=commit_id, run_id=req.run_id, timestamp=_clock.time()
                 )
         if new_state is state:
             return new_state, record, None

@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import queue
 import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
 import pykka
 
-from victor_actors import _trace
+from victor_actors import _clock, _trace
 from victor_actors._events import Subscription
 from victor_actors._model import ScopeRef
 from victor_actors._snapshot import ContextSnapshot
@@ -93,7 +92,7 @@ class ScopeCell:
         self.lock = threading.Lock()
         self.stopping: Any = None  # the stop future of the previous actor, until it has exited
         self.busy = False  # inside a message (a prepared cross-scope part waits in here)
-        self.last_active = time.monotonic()
+        self.last_active = _clock.monotonic()
         self.commits = 0
         self.handle: Any = None  # the facade's handle on this scope, cached here by the manager
         self.evicted = False

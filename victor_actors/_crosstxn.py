@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import queue
 import threading
-import time
 from typing import Any
 
+from victor_actors import _clock
 from victor_actors._model import ScopeRef
 
 __all__ = ["ABORTED", "COMMITTED", "GRACE", "CrossTxn"]
@@ -65,19 +65,20 @@ class CrossTxn:
 
     def wait_participants(self, count: int, timeout: float) -> None:
         """The coordinator waits for that work, so a reply means sessions and tools are under way."""
-        end = time.monotonic() + timeout
+        left = _clock.timer(_clock.monotonic() + timeout)
         with self.lock:
             while self.done_count < count:
-                remaining = end - time.monotonic()
+                remaining = left()
                 if remaining <= 0:
                     return
                 self.decided.wait(remaining)
 
     def wait_outcome(self) -> str:
         """A prepared actor's wait: returns "committed" or "aborted"."""
+        left = _clock.timer(self.deadline + GRACE)  # virtual time stands still while we wait
         with self.lock:
             while self.state in (PENDING, COMMITTING):
-                remaining = self.deadline + GRACE - time.monotonic()
+                remaining = left()
                 if self.state == PENDING and remaining <= 0:
                     self.state = ABORTED  # the coordinator is gone or too late: abort alone
                     self.decided.notify_all()

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-import time
 import weakref
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
-from victor_actors import _trace
+from victor_actors import _clock, _trace
 from victor_actors._cell import ScopeCell
 from victor_actors._errors import (
     DeadlineExceededError,
@@ -203,12 +202,14 @@ class ScopeHandle:
                 expected_version = expected_for(expected_version, self.ref, self.ref)
         wait = kernel.options.request_timeout if timeout is None else timeout
         run = CURRENT_RUN.get()
-        deadline = time.monotonic() + wait
+        deadline = _clock.monotonic() + wait
         run_id = None
         if run is not None:
             deadline = run_bound_deadline(deadline)
-            wait = max(deadline - time.monotonic(), 0.0)
+            wait = _clock.remaining(deadline)
             run_id = run.id
+        elif _clock.virtual:
+            wait = _clock.remaining(deadline)  # virtual time stands still while the caller waits
         return ApplyRequest(transitions, expected_version, deadline, run_id, reply), wait, parts  # type: ignore[arg-type]
 
     def _captured(self, batch: BatchLike, cell: ScopeCell | None = None) -> tuple[StateTransition, ...]:
@@ -546,7 +547,7 @@ class ScopeHandle:
             raise ScopeAccessError(f"the manager is read-only; {self.ref} takes no batches")
         refs = self._lock_refs(lock)
         wait = kernel.options.request_timeout if timeout is None else timeout
-        deadline = run_bound_deadline(time.monotonic() + wait)
+        deadline = run_bound_deadline(_clock.monotonic() + wait)
         run = CURRENT_RUN.get()
         record = transact(
             kernel, self._cell, fn, refs, deadline, self._checked, None if run is None else run.id

@@ -28,7 +28,7 @@ from typing import Any, Protocol
 
 import pykka
 
-from victor_actors import _trace
+from victor_actors import _clock, _trace
 from victor_actors._cell import Observer, ScopeCell, mailbox_depth
 from victor_actors._errors import (
     BackpressureError,
@@ -278,7 +278,7 @@ class Kernel:
         bound = self.options.mailbox_size
         if self.options.backpressure == "reject":
             raise _refused(ref, f"{ref}'s mailbox holds {bound} requests; nothing was applied")
-        if time.monotonic() >= deadline:
+        if _clock.monotonic() >= deadline:
             raise _refused(
                 ref,
                 f"{ref}'s mailbox stayed full ({bound}) until the request's deadline; nothing was applied",
@@ -298,7 +298,7 @@ class Kernel:
             BackpressureError: the mailbox is full (``reject``) or stayed full until ``deadline``.
             RuntimeClosedError, ScopeFailedError: the scope takes no messages.
         """
-        end = time.monotonic() + self.options.request_timeout if deadline is None else deadline
+        end = _clock.monotonic() + self.options.request_timeout if deadline is None else deadline
         try:
             while True:
                 sent, _ = self._try_send(cell, message, False)
@@ -322,12 +322,12 @@ class Kernel:
             done, answer = self.step_here(cell, message, timeout)
             if done:
                 return answer
-        end = time.monotonic() + timeout
+        end = _clock.monotonic() + timeout
         try:
             while True:
                 sent, future = self._try_send(cell, message, True)
                 if sent:
-                    return future.get(timeout=max(end - time.monotonic(), 0.0))
+                    return future.get(timeout=_clock.remaining(end))
                 time.sleep(self._full(cell.state.ref, end))
         except pykka.Timeout:
             raise DeadlineExceededError(
@@ -429,7 +429,7 @@ class Kernel:
             try:
                 # a quiet actor answers within microseconds: give each at least a moment, even at
                 # a deadline already passed, so that a check with no time to spare can find it quiet
-                future.get(timeout=max(deadline - time.monotonic(), 0.05))
+                future.get(timeout=max(_clock.remaining(deadline), 0.05))
             except pykka.Timeout:
                 answered = False
             except pykka.ActorDeadError:

@@ -13,12 +13,12 @@ import atexit
 import importlib
 import os
 import threading
-import time
 import warnings
 import weakref
 from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping
 from typing import Any, ClassVar, Unpack, overload
 
+from victor_actors import _clock
 from victor_actors._cell import Observer, ScopeCell
 from victor_actors._errors import ScopeAccessError, VictorActorsError
 from victor_actors._events import Subscription
@@ -563,7 +563,7 @@ class GlobalStateManager:
             self._durability.need_writable_store("restore")
             target = self._durability.target(cell, checkpoint)
         wait = self.options.request_timeout if timeout is None else timeout
-        req = ApplyRequest((), None, time.monotonic() + wait, None, None, target)
+        req = ApplyRequest((), None, _clock.monotonic() + wait, None, None, target)
         record: StateChanged = self._kernel.ask(cell, req, wait)
         return record
 

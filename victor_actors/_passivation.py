@@ -56,6 +56,7 @@ from typing import Any
 
 import pykka
 
+from victor_actors import _clock
 from victor_actors._actor import stop_actor
 from victor_actors._archive import MemoryArchive
 from victor_actors._cell import ScopeCell
@@ -319,12 +320,12 @@ class Passivator:
         """
         if self._thread is None:
             return True
-        end = time.monotonic() + timeout
+        until = _clock.timer(_clock.monotonic() + timeout)
         with self._idle:
             while self._working or self._wake.is_set() or self._leftovers:
                 if self._stop.is_set() or not self._thread.is_alive():
                     return True
-                left = end - time.monotonic()
+                left = until()
                 if left <= 0:
                     return False
                 self._idle.wait(left)
@@ -351,7 +352,7 @@ class Passivator:
         return count
 
     def _sweep(self, idle: float, wait: bool) -> int:
-        limit = time.monotonic() - idle
+        limit = _clock.monotonic() - idle
         cells = [c for c in list(self._kernel.cells.values()) if c.last_active <= limit]
         if not cells:
             return 0

@@ -29,7 +29,6 @@ import asyncio
 import contextvars
 import secrets
 import threading
-import time
 from collections.abc import Callable, Iterable, Mapping
 from contextvars import ContextVar
 from typing import Any, Protocol, TypeVar
@@ -37,7 +36,7 @@ from typing import Any, Protocol, TypeVar
 import attrs
 import pykka
 
-from victor_actors import _trace
+from victor_actors import _clock, _trace
 from victor_actors._cell import ScopeCell
 from victor_actors._context import RUN_ID
 from victor_actors._errors import DeadlineExceededError, TransitionValidationError
@@ -260,7 +259,7 @@ class Run:
             )
         self.id = f"{session_id}:{secrets.token_hex(6)}"  # not uuid4: a test may patch that
         self.timeout = timeout
-        self.started = time.monotonic()
+        self.started = _clock.monotonic()
         self.deadline = self.started + timeout
         self.status = "active"
         self.rollback_report: RollbackReport | None = None
@@ -277,7 +276,7 @@ class Run:
 
     @property
     def remaining(self) -> float:
-        return self.deadline - time.monotonic()
+        return self.deadline - _clock.monotonic()
 
     @property
     def commits(self) -> tuple[StateChanged, ...]:
@@ -346,7 +345,7 @@ class Run:
         existed), and never earlier than ``ROLLBACK_GRACE`` from ``now``: a run
         whose body raised early may use what is left of its timeout.
         """
-        now = time.monotonic() if now is None else now
+        now = _clock.monotonic() if now is None else now
         request_timeout = self._kernel.options.request_timeout
         grace = min(ROLLBACK_GRACE, request_timeout)
         return min(now + request_timeout, max(self.deadline, now) + grace)
@@ -366,12 +365,13 @@ class Run:
         (with ``request_timeout`` to be handled) and is reported in the scope's
         ``conflicts`` as not confirmed, with ``version`` None.
         """
-        now = time.monotonic()
+        now = _clock.monotonic()
         end = self.rollback_deadline(now)
+        left = _clock.timer(end)
         request_timeout = self._kernel.options.request_timeout
         with self._lock:
             # A request still being decided elsewhere (its caller was cancelled) must land first.
-            while self._inflight > 0 and (remaining := end - time.monotonic()) > 0:
+            while self._inflight > 0 and (remaining := left()) > 0:
                 self._idle.wait(remaining)
             refs = list(dict.fromkeys([*(r.ref for r in self._commits), *self._touched]))
         sent: list[tuple[ScopeRef, list[_Plan], Any]] = []
@@ -389,7 +389,7 @@ class Run:
                 return plan.target(state)
 
             # the request itself may wait its turn for request_timeout; the caller waits until `end`
-            req = ApplyRequest((), None, time.monotonic() + request_timeout, self.id, None, target)
+            req = ApplyRequest((), None, _clock.monotonic() + request_timeout, self.id, None, target)
             try:
                 sent.append((ref, plans, self._kernel.post(self._resolve(ref), req, end)))
             except Exception as exc:  # report it and go on with the other scopes
@@ -397,7 +397,7 @@ class Run:
         done: dict[ScopeRef, ScopeRollback] = {}
         for ref, plans, future in sent:
             try:
-                commit: StateChanged = future.get(timeout=max(end - time.monotonic(), 0.0))
+                commit: StateChanged = future.get(timeout=max(left(), 0.0))
             except pykka.Timeout:
                 note = (
                     f"the rollback of {ref} was not confirmed by the run's deadline and its grace "

@@ -17,6 +17,7 @@ from typing import Any
 
 import pykka
 
+from victor_actors import _clock
 from victor_actors._actor import ScopeActor, stop_actor
 from victor_actors._archive import MemoryArchive
 from victor_actors._cell import ScopeCell, mailbox_depth
@@ -150,16 +151,17 @@ class Runtime:
                 f"quiesce was called from {where}, which it would wait for: it can never be quiet "
                 "from in there; call it from your own code's thread or task"
             )
-        end = time.monotonic() + timeout
+        end = _clock.monotonic() + timeout
+        left = _clock.timer(end)  # with a virtual clock, a real bound (time stands still meanwhile)
         while True:
             before = self._activity()
-            quiet = self.tools.wait_idle(max(end - time.monotonic(), 0.0))
+            quiet = self.tools.wait_idle(max(left(), 0.0))
             quiet = kernel.barrier(kernel.all_cells(), Barrier(), end) and quiet
-            quiet = kernel.bus.barrier(max(end - time.monotonic(), 0.05)) and quiet
-            quiet = self.passivator.settle(max(end - time.monotonic(), 0.0)) and quiet
+            quiet = kernel.bus.barrier(max(left(), 0.05)) and quiet
+            quiet = self.passivator.settle(max(left(), 0.0)) and quiet
             if quiet and self._activity() == before:
                 return
-            if time.monotonic() >= end:
+            if left() <= 0:
                 raise DeadlineExceededError(
                     f"the runtime was still busy after {timeout} s (commits, events or tools in flight)"
                 )

@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -45,7 +44,7 @@ from typing import Any
 import attrs
 import pykka
 
-from victor_actors import _trace
+from victor_actors import _clock, _trace
 from victor_actors._cell import ScopeCell
 from victor_actors._events import Subscription
 from victor_actors._kernel import Kernel
@@ -119,7 +118,7 @@ class Supervisor:
         return self.policies.get(supervisor, self.default)
 
     def _event(self, kind: str, ref: ScopeRef, supervisor: ScopeRef | None, reason: str) -> None:
-        self._publish(SupervisionEvent(kind, ref, supervisor, reason, time.time()))
+        self._publish(SupervisionEvent(kind, ref, supervisor, reason, _clock.time()))
 
     def failed(self, ref: ScopeRef, exc: BaseException) -> None:
         """``ref``'s actor failed; decide and start the restarts (called on its thread)."""
@@ -132,7 +131,7 @@ class Supervisor:
     def _handle(self, ref: ScopeRef, reason: str) -> None:
         supervisor = self._parent(ref)
         policy = self.policy(supervisor)
-        now = time.monotonic()
+        now = _clock.monotonic()
         with self._lock:
             history = self._history.setdefault(supervisor, deque())
             while history and now - history[0] > policy.within:

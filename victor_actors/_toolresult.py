@@ -23,10 +23,10 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
+from victor_actors import _clock
 from victor_actors._errors import DeadlineExceededError, ToolRequestNotFoundError
 from victor_actors._model import ScopeRef
 from victor_actors._snapshot import ContextSnapshot
@@ -113,7 +113,7 @@ def wait_tool_result(
         elif event.reset or event.closed:
             woken.set()  # look again: the request may have been released
 
-    end = time.monotonic() + timeout
+    left_of = _clock.timer(_clock.monotonic() + timeout)
     sub = subscribe(on_commit)
     try:
         while True:
@@ -125,7 +125,7 @@ def wait_tool_result(
                 return message
             if not pending:
                 raise _not_found(ref, request_id)
-            left = end - time.monotonic()
+            left = left_of()
             if left <= 0 or not woken.wait(left):
                 if found:
                     return found[0]
@@ -152,7 +152,7 @@ async def await_tool_result(
         if message is not None or event.reset or event.closed:
             loop.call_soon_threadsafe(_wake, found, woken, message)
 
-    end = time.monotonic() + timeout
+    left_of = _clock.timer(_clock.monotonic() + timeout)
     sub = subscribe(on_commit)
     try:
         while True:
@@ -164,7 +164,7 @@ async def await_tool_result(
                 return message
             if not pending:
                 raise _not_found(ref, request_id)
-            left = end - time.monotonic()
+            left = left_of()
             try:
                 if left <= 0:
                     raise TimeoutError

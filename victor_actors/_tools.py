@@ -32,6 +32,7 @@ after a reopen. Close returns within about a second and prints nothing.
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import functools
 import inspect
@@ -43,7 +44,7 @@ from typing import Any
 
 import attrs
 
-from victor_actors import _trace
+from victor_actors import _clock, _trace
 from victor_actors._context import RUN_ID
 from victor_actors._errors import VictorActorsError
 from victor_actors._kernel import Kernel
@@ -121,6 +122,10 @@ class ToolDispatcher:
         self._here = threading.local()
         self._lock = threading.Lock()
         self._inflight: set[tuple[ScopeRef, str]] = set()
+        # with hold(True) (a deterministic simulation): each scope's dispatched calls, in commit order,
+        # waiting for run_held; they are in _inflight too (never dispatched twice) but not waited for
+        self._held: dict[ScopeRef, collections.deque[tuple[ToolCall, Callable[[], None]]]] | None = None
+        self._held_count = 0
         self._idle = threading.Condition(self._lock)
         self._unhandled: dict[tuple[ScopeRef, str], _Unhandled] = {}
         self._warned: set[str] = set()  # tool names already logged as having no executor
@@ -219,7 +224,62 @@ class ToolDispatcher:
                     )
                 continue
             call = ToolCall(request["request_id"], name, thaw(request["arguments"]), ref, redelivery, run_id)
-            self._executor().submit(functools.partial(self._run, tool, call, trace))
+            job = functools.partial(self._run, tool, call, trace)
+            with self._lock:
+                if self._held is not None:
+                    self._held.setdefault(ref, collections.deque()).append((call, job))
+                    self._held_count += 1
+                    continue
+            self._executor().submit(job)
+
+    # -- holding calls for a seeded scheduler ------------------------------------------------
+
+    def hold(self, on: bool) -> None:
+        """Hold dispatched calls until :meth:`run_held` runs them (``on``), or stop holding.
+
+        A deterministic simulation holds them, so that which tool completes
+        when is a choice of its seeded scheduler, not of the worker threads.
+        Each scope's held calls keep their commit order. Stopping hands the
+        calls still held to the workers, scope by scope in the order of their
+        names. Held calls are not waited for by :meth:`wait_idle` (nor so by
+        ``quiesce``): they wait for the scheduler, not for a thread.
+        """
+        with self._lock:
+            if on:
+                if self._held is None:
+                    self._held = {}
+                return
+            held, self._held = self._held or {}, None
+            self._held_count = 0
+            jobs = [job for ref in sorted(held, key=str) for _, job in held[ref]]
+        for job in jobs:
+            self._executor().submit(job)
+
+    def held(self) -> list[tuple[ScopeRef, str]]:
+        """The scopes with held calls, by name, each with the tool name of its next one."""
+        with self._lock:
+            return sorted(
+                ((ref, q[0][0].tool_name) for ref, q in (self._held or {}).items() if q),
+                key=lambda h: str(h[0]),
+            )
+
+    def run_held(self, ref: ScopeRef) -> ToolCall:
+        """Run ``ref``'s oldest held call on the calling thread, its result recorded before it returns.
+
+        Raises:
+            ValueError: ``ref`` has no held call (nothing was run).
+        """
+        with self._lock:
+            held = self._held or {}
+            queue = held.get(ref)
+            if not queue:
+                raise ValueError(f"no tool call of {ref} is held; nothing was run")
+            call, job = queue.popleft()
+            if not queue:
+                del held[ref]
+            self._held_count -= 1
+        job()
+        return call
 
     def _still_pending(self, ref: ScopeRef, request_id: str) -> bool:
         # A result is published before its request leaves _inflight, so under our lock a
@@ -350,10 +410,10 @@ class ToolDispatcher:
         Requests listed in :attr:`unhandled` are not running: they do not
         keep this waiting.
         """
-        deadline = time.monotonic() + timeout
+        left = _clock.timer(_clock.monotonic() + timeout)
         with self._lock:
-            while self._inflight:
-                remaining = deadline - time.monotonic()
+            while len(self._inflight) > self._held_count:
+                remaining = left()
                 if remaining <= 0:
                     return False
                 self._idle.wait(remaining)
@@ -374,6 +434,9 @@ class ToolDispatcher:
                 return
             self._closed = True
             pool, loop, thread = self._pool, self._loop, self._loop_thread
+            for queue in (self._held or {}).values():  # never run: they stay pending for a reopen
+                self._inflight.difference_update((call.scope, call.request_id) for call, _ in queue)
+            self._held, self._held_count = None, 0
             self._pool = None
             self._loop = self._loop_thread = None
         self._closing.set_result(None)  # wakes every _run still waiting for its executor

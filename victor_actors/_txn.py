@@ -30,13 +30,12 @@ only moments away.
 from __future__ import annotations
 
 import queue
-import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
 import attrs
 
-from victor_actors import _trace
+from victor_actors import _clock, _trace
 from victor_actors._cell import ScopeCell
 from victor_actors._crosstxn import ABORTED, COMMITTED, GRACE, CrossTxn
 from victor_actors._errors import (
@@ -179,7 +178,7 @@ def apply_across(
     trace = None if hooks is None else hooks.capture(kernel.names)
     txn = CrossTxn(deadline)
     commit_id = kernel.new_commit_id()
-    now = time.time()
+    now = _clock.time()
     votes: list[Vote] = []
     error: BaseException | None = None
     for ref, participant in participants.items():
@@ -206,7 +205,7 @@ def apply_across(
             error = exc
             break
         try:
-            ok, payload = txn.votes.get(timeout=max(deadline - time.monotonic(), 0.0))
+            ok, payload = txn.votes.get(timeout=_clock.remaining(deadline))
         except queue.Empty:
             error = DeadlineExceededError(
                 f"{ref} did not prepare its part before the deadline; nothing was applied"
@@ -261,7 +260,7 @@ def _decide(
 
 def _vote(txn: CrossTxn, ref: ScopeRef, deadline: float) -> tuple[bool, Any]:
     try:
-        return txn.votes.get(timeout=max(deadline - time.monotonic(), 0.0))
+        return txn.votes.get(timeout=_clock.remaining(deadline))
     except queue.Empty:
         return False, DeadlineExceededError(f"{ref} did not answer before the deadline; nothing was applied")
 
@@ -290,7 +289,7 @@ def transact(
     trace = None if hooks is None else hooks.capture(kernel.names)
     txn = CrossTxn(deadline)
     commit_id = kernel.new_commit_id()
-    now = time.time()
+    now = _clock.time()
     locked: dict[ScopeRef, tuple[ScopeCell, ScopeState, queue.SimpleQueue[Any]]] = {}
     error: BaseException | None = None
     for ref, participant in participants.items():

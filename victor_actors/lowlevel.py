@@ -9,6 +9,8 @@ loops). Orchestrator code rarely needs them; tooling, stores and tests do.
 from __future__ import annotations
 
 from victor_actors._applier import NoConversationError
+from victor_actors._clock import VirtualClock, use_clock
+from victor_actors._clock import current as current_clock
 from victor_actors._coordinator import LoopResult, StepRecord, UnknownHandoffError, merge
 from victor_actors._level_checkpoints import ScopeDict
 from victor_actors._options import Backpressure, Durability, Options, Strategy
@@ -47,7 +49,9 @@ __all__ = [
     "SupervisionPolicy",
     "TaggedValue",
     "UnknownHandoffError",
+    "VirtualClock",
     "adrive",
+    "current_clock",
     "drive",
     "freeze",
     "merge",
@@ -56,4 +60,5 @@ __all__ = [
     "register_message_type",
     "reset_state",
     "thaw",
+    "use_clock",
 ]

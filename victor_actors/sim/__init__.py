@@ -30,9 +30,10 @@ runtime imports it.
 - ``_ray_agent``, ``_ray_load``, ``_ray_invariants``: ``--ray`` (the agent over Ray,
   the run with its shard kills, the checks that apply there);
 - ``_simulation``, ``_agents``, ``_faults``, ``_record``, ``_sim_report``, ``_checks``,
-  ``_schedule``, ``_crash``: the :class:`Simulation` API (the driver, the agents and their
-  steps, the fault plan, the ledger and facts, the report and how invariants are called, the
-  built-in invariants, the deterministic schedule, the kill-and-reopen check);
+  ``_schedule``, ``_shrink``, ``_crash``: the :class:`Simulation` API (the driver, the agents and
+  their steps, the fault plan, the ledger and facts, the report and how invariants are called, the
+  built-in invariants, the deterministic schedule on its virtual clock, shrinking a failing
+  schedule, the kill-and-reopen check);
 - ``_command``: the ``simulate`` subcommand.
 """
 
@@ -57,6 +58,8 @@ from victor_actors.sim._load import simulate
 from victor_actors.sim._ray_invariants import RayFacts, check_ray_invariants
 from victor_actors.sim._ray_load import simulate_ray
 from victor_actors.sim._record import Ack, Ledger, ScopeFacts, SimRun, read_scopes
+from victor_actors.sim._schedule import ReplayTokenError
+from victor_actors.sim._shrink import Shrunk
 from victor_actors.sim._sim_report import SimReport
 from victor_actors.sim._simulation import Simulation
 
@@ -69,12 +72,14 @@ __all__ = [
     "Fault",
     "FaultPlan",
     "Ledger",
+    "ReplayTokenError",
     "ScopeFacts",
     "SimAgent",
     "SimReport",
     "SimRun",
     "SimulatedCrash",
     "Simulation",
+    "Shrunk",
     "acknowledged_writes_durable",
     "kill_and_reopen",
     "layout",

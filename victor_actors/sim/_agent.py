@@ -49,6 +49,7 @@ from victor_actors.sim._config import KINDS, SimConfig
 from victor_actors.sim._coordinators import message, runner, step_batch
 from victor_actors.sim._hub import Hub
 from victor_actors.sim._ledger import AgentLedger, RunLedger
+from victor_actors.sim._schedule import clock_sleep
 from victor_actors.testing import inject_fault
 
 __all__ = ["Agent", "SimulatedCrash", "SimulatedFailure"]
@@ -65,7 +66,7 @@ class SimulatedFailure(RuntimeError):
 
 
 def _sleep(seconds: float) -> Step:
-    return Step(time.sleep, asyncio.sleep, seconds)
+    return Step(clock_sleep, asyncio.sleep, seconds)  # --replay: in the schedule's virtual time
 
 
 def _within(cm: RunContext, body: Callable[[Run], Turn]) -> Turn:

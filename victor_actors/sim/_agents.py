@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import random
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -18,6 +17,7 @@ from typing import Any, Protocol
 from victor_actors import GlobalStateManager, Run, ScopeHandle, StateChanged
 from victor_actors.lowlevel import Step, StepGen
 from victor_actors.sim._record import Ledger
+from victor_actors.sim._schedule import clock_sleep
 
 
 class Host(Protocol):
@@ -26,6 +26,7 @@ class Host(Protocol):
     seed: int
     ledger: Ledger
     specs: list[AgentSpec]
+
 
 __all__ = ["AgentSpec", "Host", "SimAgent", "layout"]
 
@@ -90,8 +91,16 @@ class SimAgent:
         h = on or self.conv
         return Step(h.snapshot, h.asnapshot)
 
+    def wait_tool_result(self, request: Any, *, on: ScopeHandle | None = None, timeout: float = 60.0) -> Step:
+        """Wait until the tool ``request`` (its id, or the request) is answered; its result.
+
+        In a deterministic simulation the agent waits until the schedule has run the call.
+        """
+        h = on or self.conv
+        return Step(h.wait_tool_result, h.await_tool_result, request, timeout=timeout)
+
     def sleep(self, seconds: float) -> Step:
-        return Step(time.sleep, asyncio.sleep, seconds)
+        return Step(clock_sleep, asyncio.sleep, seconds)  # in a deterministic run: virtual time
 
     def call(
         self, sync: Callable[..., Any], async_: Callable[..., Any] | None, *args: Any, **kw: Any

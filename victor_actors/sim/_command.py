@@ -17,6 +17,8 @@ from victor_actors import VictorActorsError
 from victor_actors.sim._config import KINDS, QUICK, SimConfig, Tick
 from victor_actors.sim._kill import ack_sink, simulate_kill
 from victor_actors.sim._load import simulate
+from victor_actors.sim._schedule import decode_token
+from victor_actors.sim._shrink import Attempt, shrink_schedule
 
 __all__ = ["add_parser", "run_command"]
 
@@ -178,8 +180,25 @@ def add_parser(sub: Any) -> None:
     p.add_argument(
         "--replay",
         action="store_true",
-        help="deterministic: one seeded schedule of every agent's steps, so a --seed replays step for "
-        "step (threads only; --steps, default 20)",
+        help="deterministic: one seeded schedule of every agent's steps on a virtual clock, so a --seed "
+        "replays step for step (threads only; --steps, default 20)",
+    )
+    p.add_argument(
+        "--shrink",
+        action="store_true",
+        help="with --replay, when an invariant fails: shorten the failing schedule (delta debugging) and "
+        "print the shortest that still fails the same invariants, with a token for --schedule",
+    )
+    p.add_argument(
+        "--shrink-runs",
+        type=_positive(int),
+        default=60,
+        help="the most simulations --shrink runs (default 60)",
+    )
+    p.add_argument(
+        "--schedule",
+        metavar="TOKEN",
+        help="replay this schedule (a token --replay or --shrink printed; its seed replaces --seed)",
     )
     p.add_argument("--shards", type=_positive(int), default=2, help="shards with --ray (default 2)")
     p.add_argument(
@@ -213,6 +232,18 @@ def run_command(args: argparse.Namespace) -> int:
             values[f.name] = getattr(args, f.name)
     if args.drivers != 1 and not args.ray:
         print("victor-actors: error: --drivers splits the agents of a --ray run; add --ray", file=sys.stderr)
+        return 2
+    if args.schedule is not None:
+        try:
+            values["seed"] = decode_token(args.schedule)[0]
+        except VictorActorsError as exc:
+            print(f"victor-actors: error: --schedule: {exc}", file=sys.stderr)
+            return 2
+        args.replay = True
+    if args.shrink and not args.replay:
+        print(
+            "victor-actors: error: --shrink shrinks a deterministic schedule; add --replay", file=sys.stderr
+        )
         return 2
     if args.replay:
         if args.ray or args.kill:
@@ -254,7 +285,9 @@ def run_command(args: argparse.Namespace) -> int:
             report = simulate_kill(config, store=path, tick=tick)
         else:
             sink = ack_sink(args.ack_file) if args.ack_file else None
-            report = simulate(config, store=path, sink=sink, tick=tick, deterministic=args.replay)
+            report = simulate(
+                config, store=path, sink=sink, tick=tick, deterministic=args.replay, replay=args.schedule
+            )
     except (VictorActorsError, OSError) as exc:
         stop()
         print(f"victor-actors: error: {exc}", file=sys.stderr)
@@ -264,6 +297,10 @@ def run_command(args: argparse.Namespace) -> int:
             shutil.rmtree(path, ignore_errors=True)
     stop()
     report["store"] = None if temporary and not args.keep else path
+    if args.shrink and report["verdict"] == "FAIL":
+        if mode == "rich":
+            print(f"shrinking the failing schedule (at most {args.shrink_runs} runs)...", file=sys.stderr)
+        report["shrunk"] = _shrink(config, report, args.shrink_runs)
     if args.report:
         with open(args.report, "w", encoding="utf-8") as fh:
             json.dump(report, fh, indent=2)
@@ -274,9 +311,39 @@ def run_command(args: argparse.Namespace) -> int:
         if mode == "rich":
             _print_tables(report)
         print(_verdict(report))
+        if "shrunk" in report:
+            shrunk = report["shrunk"]
+            print(
+                f"shrunk: {shrunk['picks']} of {shrunk['original_picks']} picks ({shrunk['steps']} steps) "
+                f"still fail {', '.join(shrunk['failed'])}; replay it with --schedule {shrunk['token']}"
+            )
+        elif args.shrink and report["verdict"] == "PASS":
+            print("nothing to shrink: every invariant holds")
         if report["store"] is not None and mode == "rich":
             print(f"the store is kept at {path}: try `victor-actors inspect {path}`")
     return 0 if report["verdict"] == "PASS" else 1
+
+
+def _shrink(config: SimConfig, report: dict[str, Any], runs: int) -> dict[str, Any]:
+    """Shrink the failing deterministic run behind ``report`` (``_shrink.py``); a JSON summary."""
+    schedule = report["schedule"]
+    seed, picks = decode_token(schedule["token"])
+
+    def replay(token: str) -> Attempt:
+        got = simulate(config, deterministic=True, replay=token)
+        return Attempt(tuple(got["failed"]), got["schedule"]["steps"])
+
+    original = Attempt(tuple(report["failed"]), schedule["steps"])
+    shrunk = shrink_schedule(replay, seed, picks, original, max_runs=runs)
+    return {
+        "picks": len(shrunk.picks),
+        "original_picks": shrunk.original_picks,
+        "steps": shrunk.steps,
+        "original_steps": shrunk.original_steps,
+        "failed": list(shrunk.failed),
+        "runs": shrunk.runs,
+        "token": shrunk.token,
+    }
 
 
 def _ray_problem(args: argparse.Namespace) -> str | None:

@@ -11,12 +11,12 @@ fixes which turns meet which fault.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from victor_actors import GlobalStateManager
+from victor_actors.sim._schedule import clock_sleep
 from victor_actors.testing import inject_fault
 
 __all__ = ["Fault", "FaultPlan", "SimulatedCrash"]
@@ -77,7 +77,7 @@ class FaultPlan:
             ledger.fault("team crash" if team else "crash", _subtree(agent) if team else 1)
         if self.slow > 0 and rng.random() < self.slow:
             seconds = self.slow_seconds
-            inject_fault(agent.manager, agent.conv.ref, lambda: time.sleep(seconds))
+            inject_fault(agent.manager, agent.conv.ref, lambda: clock_sleep(seconds))
             ledger.fault("slow")
         for fault in self.custom:
             if rng.random() < fault.rate:

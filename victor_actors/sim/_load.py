@@ -67,7 +67,12 @@ def observe(
 
 
 def _load(
-    config: SimConfig, path: str, sink: Sink | None, tick: Tick | None, deterministic: bool = False
+    config: SimConfig,
+    path: str,
+    sink: Sink | None,
+    tick: Tick | None,
+    deterministic: bool = False,
+    replay: str | None = None,
 ) -> tuple[Hub, list[AgentLedger], Observed, float, dict[str, Any] | None]:
     """Run the agents on the store at ``path`` as a :class:`Simulation`: observed live, closed, reopened."""
     hubs: list[Hub] = []
@@ -109,6 +114,7 @@ def _load(
         store=path,
         durability=config.durability,
         deterministic=deterministic,
+        replay=replay,
     )
     progress = None
     if tick is not None:
@@ -149,16 +155,18 @@ def simulate(
     sink: Sink | None = None,
     tick: Tick | None = None,
     deterministic: bool = False,
+    replay: str | None = None,
 ) -> dict[str, Any]:
     """Run one simulation in this process; return the report (``report["verdict"]``: PASS or FAIL).
 
     ``deterministic``: the agents' steps in one seeded schedule (``--replay``; needs ``steps``);
-    the report's ``schedule`` then holds its length and digest.
+    the report's ``schedule`` then holds its length, digest and replay token; ``replay``: a token
+    to run instead of the seed's schedule (a shrunk one; deterministic).
     """
     started = time.monotonic()
     path = store or tempfile.mkdtemp(prefix="victor-actors-simulate-")
     try:
-        hub, ledgers, observed, elapsed, schedule = _load(config, path, sink, tick, deterministic)
+        hub, ledgers, observed, elapsed, schedule = _load(config, path, sink, tick, deterministic, replay)
     finally:
         if store is None:
             shutil.rmtree(path, ignore_errors=True)

@@ -31,16 +31,20 @@ from victor_actors import (
     TransitionBatch,
     VictorActorsError,
 )
-from victor_actors.lowlevel import Durability, StepGen, adrive, drive
+from victor_actors.lowlevel import Durability, StepGen, VirtualClock, adrive, current_clock, drive, use_clock
 from victor_actors.sim._agents import AgentSpec, SimAgent
 from victor_actors.sim._faults import FaultPlan
 from victor_actors.sim._record import Ledger, SimRun, read_scopes
-from victor_actors.sim._schedule import Schedule
+from victor_actors.sim._schedule import Pick, Schedule, decode_token, encode_token
+from victor_actors.sim._shrink import Attempt, Shrunk, shrink_schedule
 from victor_actors.sim._sim_report import Invariant, SimReport, check
 
 __all__ = ["Simulation", "Turn"]
 
 Turn = Callable[["SimAgent"], StepGen[Any]]
+
+# called with (simulation, report) after every deterministic run (the pytest plugin listens here)
+_watchers: list[Callable[[Simulation, SimReport], None]] = []
 
 
 class Simulation:
@@ -57,8 +61,11 @@ class Simulation:
     - ``observe(manager)``: the facts to read live and after the reopen (default: every scope's
       version, messages and values, plain);
     - ``store``: a directory to keep (new or empty), else a temporary one; ``durability``;
-    - ``deterministic``: one driver thread runs every agent's steps in an order drawn from the seed,
-      quiescing after each, so a seed replays step for step (``_schedule.py``; needs ``steps``).
+    - ``deterministic``: one driver thread runs every agent's steps and every tool call in an order
+      drawn from the seed, quiescing after each, on a virtual clock, so a seed replays step for step
+      (``_schedule.py``; needs ``steps``); ``step_seconds``: the most virtual time a step takes (each
+      one's is drawn from the seed); ``replay``: a token (``report.extra["schedule"]["token"]``, or
+      :meth:`shrink`'s) whose seed and picks to run instead (deterministic, whatever ``seed`` says).
 
     A turn that raises a :class:`VictorActorsError` is counted as an error (an outcome, not a
     violation); anything else is an unexpected error, which the built-in ``no_unexpected_errors``
@@ -82,7 +89,22 @@ class Simulation:
         store: str | None = None,
         durability: Durability = "sync",
         deterministic: bool = False,
+        step_seconds: float = 0.002,
+        replay: str | None = None,
     ) -> None:
+        self._kwargs: dict[str, Any] = dict(
+            steps=steps, seconds=seconds, asyncio_share=asyncio_share, faults=faults,
+            invariants=invariants, setup=setup, agent_state=agent_state, observe=observe,
+            durability=durability, deterministic=deterministic, step_seconds=step_seconds,
+        )  # fmt: skip
+        self._picks: list[Pick] | None = None
+        if replay is not None:
+            seed, self._picks = decode_token(replay)
+            deterministic = True
+        if not step_seconds >= 0:
+            raise ValueError(
+                f"step_seconds is the most virtual time a step takes, >= 0, not {step_seconds!r}"
+            )
         if not callable(turn):
             raise TypeError("a Simulation takes turn(agent), a generator function of steps")
         if (steps is None) == (seconds is None):
@@ -108,6 +130,8 @@ class Simulation:
         self.setup, self.agent_state, self.observe = setup, agent_state, observe
         self.store, self.durability = store, durability
         self.deterministic = deterministic
+        self.step_seconds = step_seconds
+        self._notify = True  # tell the watchers (the pytest plugin) of a deterministic run; not a shrink's
         self.schedule: Schedule | None = None  # the deterministic mode's schedule, once run
         self.ledger = Ledger()
         self.agents: list[SimAgent] = []
@@ -171,8 +195,14 @@ class Simulation:
         started = time.monotonic()
         self._stop_at = started + (self.seconds or 0.0)
         if self.deterministic:  # one driver thread, a seeded order of steps (see _schedule.py)
-            self.schedule = Schedule(self.seed)
-            self.schedule.run(manager, [(a.name, self._turns(a)) for a in self.agents])
+            self.schedule = Schedule(
+                self.seed, step_seconds=self.step_seconds, picks=self._picks, clock=current_clock()
+            )
+            manager.tools.hold(True)  # tool calls wait for the schedule to pick them
+            try:
+                self.schedule.run(manager, [(a.name, self._turns(a)) for a in self.agents], self.stop)
+            finally:
+                manager.tools.hold(False)
             return time.monotonic() - started
         threads = [
             threading.Thread(target=drive, args=(self._turns(a),), name=f"sim-{a.name}", daemon=True)
@@ -225,7 +255,22 @@ class Simulation:
         tick: Callable[[float], None] | None = None,
         sink: Callable[[dict[str, Any]], None] | None = None,
     ) -> SimReport:
-        """Run the load, read it live, close, reopen read-only, read it again, check. See the class."""
+        """Run the load, read it live, close, reopen read-only, read it again, check. See the class.
+
+        A deterministic simulation runs all of it on a :class:`VirtualClock`
+        (installed for the call: one deterministic simulation at a time per process).
+        """
+        if self.deterministic:
+            with use_clock(VirtualClock()):
+                report = self._run(tick, sink)
+            for watch in list(_watchers) if self._notify else ():
+                watch(self, report)
+            return report
+        return self._run(tick, sink)
+
+    def _run(
+        self, tick: Callable[[float], None] | None, sink: Callable[[dict[str, Any]], None] | None
+    ) -> SimReport:
         started = time.monotonic()
         self.ledger.sink = sink
         path = self.store or tempfile.mkdtemp(prefix="victor-actors-sim-")
@@ -260,5 +305,63 @@ class Simulation:
         }
         report = SimReport(results, counts, run, round(wall, 2), self.seed)
         if self.schedule is not None:
-            report.extra["schedule"] = {"steps": len(self.schedule.history), "digest": self.schedule.digest}
+            report.extra["schedule"] = {
+                "steps": len(self.schedule.history),
+                "picks": len(self.schedule.picks),
+                "digest": self.schedule.digest,
+                "virtual_seconds": round(self.schedule.virtual_seconds, 6),
+                "token": self.schedule.token(),
+            }
         return report
+
+    # -- shrinking --------------------------------------------------------------------------------
+
+    def again(self, replay: str | None = None) -> Simulation:
+        """A new simulation like this one, in a temporary store; ``replay``: a token to run instead."""
+        kwargs = dict(self._kwargs, seed=self.seed)
+        if replay is not None:
+            kwargs["replay"] = replay
+        elif self._picks is not None:
+            kwargs["replay"] = encode_token(self.seed, self._picks)
+        sim = Simulation(self.turn, self.specs, **kwargs)
+        sim._notify = False  # a replay of this one (a shrink's attempt): the plugin reports this one only
+        return sim
+
+    def attempt(self, report: SimReport) -> Attempt:
+        """This run's outcome, as the shrinker compares them (after :meth:`run`)."""
+        history = tuple(self.schedule.history) if self.schedule is not None else ()
+        return Attempt(tuple(report.failed), len(history), history)
+
+    def shrink(
+        self, report: SimReport | None = None, *, invariant: str | None = None, max_runs: int = 200
+    ) -> Shrunk:
+        """Shorten this deterministic simulation's failing schedule (``_shrink.py``, delta debugging).
+
+        ``report`` is this simulation's failing report (it is run first if None).
+        The shrunk schedule must fail the same invariants: the very set that
+        failed, or at least the one named ``invariant``. Every attempt is a
+        whole run in a temporary store, at most ``max_runs`` of them. The
+        result's ``token`` replays it: ``Simulation(..., replay=token)``.
+
+        Raises:
+            ValueError: the simulation is not deterministic, or its report does not fail (that
+                invariant); nothing was shrunk.
+        """
+        if not self.deterministic:
+            raise ValueError("only a deterministic Simulation has a schedule to shrink; nothing was run")
+        report = report if report is not None else self.run()
+        if self.schedule is None:
+            raise ValueError("this simulation has not run yet: run() it, then shrink its report")
+
+        def replay(token: str) -> Attempt:
+            sim = self.again(token)
+            return sim.attempt(sim.run())
+
+        return shrink_schedule(
+            replay,
+            self.seed,
+            self.schedule.picks,
+            self.attempt(report),
+            invariant=invariant,
+            max_runs=max_runs,
+        )
