@@ -65,6 +65,11 @@ class ScopeInbox(queue.Queue[Any]):
             self.claimed = True
             return True
 
+    def idle(self) -> bool:
+        """Nothing queued, nothing in hand, no caller's step: everything sent so far was handled."""
+        with self.mutex:
+            return not self.outstanding and not self.claimed
+
     def release(self) -> None:
         """Give the token back; an actor waiting in :meth:`begin` goes on."""
         with self.mutex:

@@ -417,12 +417,19 @@ class Kernel:
             raise self.dead(cell.state.ref) from None
 
     def barrier(self, cells: Iterable[ScopeCell], message: Any, deadline: float) -> bool:
-        """Ask each live actor among ``cells`` for ``message`` (a barrier); False if one did not answer."""
+        """Ask each live actor among ``cells`` for ``message`` (a barrier); False if one did not answer.
+
+        An actor whose mailbox is idle (nothing queued or in hand, no caller's step) has handled
+        everything sent to it: it counts as reached without a message (which would start its thread).
+        """
         futures = []
         for cell in cells:
             with cell.lock:
                 actor = cell.actor
                 if actor is not None:
+                    inbox: Any = actor.actor_inbox
+                    if inbox.__class__ is ScopeInbox and inbox.idle():
+                        continue  # everything sent to it was handled: reached, without waking a thread
                     futures.append(actor.ask(message, block=False))
         answered = True
         for future in futures:
