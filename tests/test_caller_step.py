@@ -44,13 +44,8 @@ def _bump(scope: str | None = None) -> TransitionBatch:
     return TransitionBatch().add_message("+1", scope=scope)
 
 
-def test_an_idle_scope_takes_a_blocking_apply_on_the_callers_thread(manager: GlobalStateManager) -> None:
-    """The step runs here: the observer sees the request on the calling thread.
-
-    Before ADR 0032 every request was handed to the scope's actor thread, so
-    this failed (the observer saw a ``victor-actors-scope-*`` thread).
-    """
-    conv = manager.get_conversation_state("c")
+def _threads_taking_steps(manager: GlobalStateManager) -> list[threading.Thread]:
+    """The thread that ran each step from now on, in order (the observer's "received" call)."""
     seen: list[threading.Thread] = []
 
     def observer(kind: str, ref: ScopeRef, obj: object) -> None:
@@ -58,6 +53,17 @@ def test_an_idle_scope_takes_a_blocking_apply_on_the_callers_thread(manager: Glo
             seen.append(threading.current_thread())
 
     set_observer(manager, observer)
+    return seen
+
+
+def test_an_idle_scope_takes_a_blocking_apply_on_the_callers_thread(manager: GlobalStateManager) -> None:
+    """The step runs here: the observer sees the request on the calling thread.
+
+    Before ADR 0032 every request was handed to the scope's actor thread, so
+    this failed (the observer saw a ``victor-actors-scope-*`` thread).
+    """
+    conv = manager.get_conversation_state("c")
+    seen = _threads_taking_steps(manager)
     conv.apply(_append(1))
     conv.apply(_append(2))
     assert seen == [threading.current_thread(), threading.current_thread()]
@@ -67,13 +73,7 @@ def test_an_idle_scope_takes_a_blocking_apply_on_the_callers_thread(manager: Glo
 def test_asyncio_callers_keep_the_hand_off(manager: GlobalStateManager) -> None:
     """An event loop never runs a step (it would block the loop): aapply goes to the actor."""
     conv = manager.get_conversation_state("c")
-    seen: list[threading.Thread] = []
-
-    def observer(kind: str, ref: ScopeRef, obj: object) -> None:
-        if kind == "received":
-            seen.append(threading.current_thread())
-
-    set_observer(manager, observer)
+    seen = _threads_taking_steps(manager)
     asyncio.run(conv.aapply(_append(1)))
     assert len(seen) == 1 and seen[0] is not threading.current_thread()
 

@@ -24,7 +24,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterable
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import pykka
 
@@ -52,6 +52,7 @@ __all__ = ["Activator", "CallObserver", "Kernel", "PersistPort", "Resolver", "Ru
 CallObserver = Callable[[str, ScopeRef | None, Any], None]
 
 _manager_ids = itertools.count(1)
+_T = TypeVar("_T")
 
 
 class Activator(Protocol):
@@ -241,12 +242,15 @@ class Kernel:
         if self.store is not None:
             self.store.forget_after_fork()
 
-    def _try_send(self, cell: ScopeCell, message: Any, ask: bool) -> tuple[bool, Any]:
-        """Put ``message`` in the live actor's mailbox (activating a passivated scope).
+    def _at_actor(self, cell: ScopeCell, fn: Callable[[ScopeCell, pykka.ActorRef[Any]], _T]) -> _T:
+        """``fn(cell, actor)`` under the cell's lock, with its live actor (a passivated scope's is started).
 
         An evicted cell is looked up again first (outside its lock: the
-        kernel's lock comes before any cell's). Returns (False, None) when
-        the mailbox is at its bound.
+        kernel's lock comes before any cell's); ``fn`` gets the cell it runs
+        under, which may be the scope's new one.
+
+        Raises:
+            ScopeFailedError: the scope has no actor and nothing can start one.
         """
         activated = False
         try:
@@ -262,16 +266,24 @@ class Kernel:
                             raise ScopeFailedError(f"{cell.state.ref} has no actor; nothing was applied")
                         actor = self.activator.activate(cell)
                         activated = True
-                    bound = self.options.mailbox_size
-                    if bound is not None and mailbox_depth(actor) >= bound:
-                        return False, None
-                    if ask:
-                        return True, actor.ask(message, block=False)
-                    actor.tell(message)
-                    return True, None
+                    return fn(cell, actor)
         finally:
             if activated and self.activator is not None:
                 self.activator.after_activation()  # keep the live-actor cap, outside the lock
+
+    def _try_send(self, cell: ScopeCell, message: Any, ask: bool) -> tuple[bool, Any]:
+        """Put ``message`` in the live actor's mailbox; (False, None) when the mailbox is at its bound."""
+
+        def send(cell: ScopeCell, actor: pykka.ActorRef[Any]) -> tuple[bool, Any]:
+            bound = self.options.mailbox_size
+            if bound is not None and mailbox_depth(actor) >= bound:
+                return False, None
+            if ask:
+                return True, actor.ask(message, block=False)
+            actor.tell(message)
+            return True, None
+
+        return self._at_actor(cell, send)
 
     def _full(self, ref: ScopeRef, deadline: float) -> float:
         """The mailbox is full: raise, or say how long to wait before trying again."""
@@ -351,32 +363,22 @@ class Kernel:
         for it (up to ``timeout``) before the error is raised, as it would
         have had the actor taken the step.
         """
-        activated = False
-        try:
-            while True:
-                while cell.evicted:
-                    cell = self.resolve(cell.state.ref)
-                with cell.lock:
-                    if cell.evicted:
-                        continue
-                    actor = cell.actor
-                    if actor is None:
-                        if self.activator is None:
-                            return False, None
-                        actor = self.activator.activate(cell)
-                        activated = True
-                    inbox: Any = actor.actor_inbox
-                    if cell.faults or inbox.__class__ is not ScopeInbox or not inbox.try_claim():
-                        return False, None
-                    scope: Any = actor._actor_weakref()
-                    if scope is None:
-                        inbox.release()
-                        return False, None
-                    cell.busy = True
-                    break
-        finally:
-            if activated and self.activator is not None:
-                self.activator.after_activation()
+
+        def claim(cell: ScopeCell, actor: pykka.ActorRef[Any]) -> tuple[ScopeCell, Any, Any] | None:
+            inbox: Any = actor.actor_inbox
+            if cell.faults or inbox.__class__ is not ScopeInbox or not inbox.try_claim():
+                return None
+            scope: Any = actor._actor_weakref()
+            if scope is None:
+                inbox.release()
+                return None
+            cell.busy = True
+            return cell, inbox, scope
+
+        claimed = self._at_actor(cell, claim)
+        if claimed is None:
+            return False, None
+        cell, inbox, scope = claimed
         supervision = None
         try:
             return True, scope.step_here(req)
