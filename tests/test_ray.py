@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -485,7 +486,16 @@ def test_an_unreachable_shard_raises_shard_unavailable(tmp_path: Path) -> None:
     m = RayStateManager.open(tmp_path / "c", shards=2, request_timeout=1.5)
     (conv,) = _on_shard(m, 1, "gone")
     conv.add_message("kept")
-    ray.kill(m.shard_actor(1), no_restart=True)
+    shard = m.shard_actor(1)
+    ray.kill(shard, no_restart=True)
+    # ray.kill returns before the actor is gone: a call that reaches it first is still served (the
+    # suite's third worker saw "DID NOT RAISE" under load). Wait until a round trip says it is dead.
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            ray.get(shard.__ray_ready__.remote(), timeout=10)
+        except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
+            break
     with pytest.raises(ShardUnavailableError) as info:
         conv.add_message("lost")
     assert info.value.shard == 1 and info.value.may_have_applied

@@ -514,7 +514,7 @@ def test_a_shard_on_a_removed_node_restarts_elsewhere_and_drivers_resume(
     m = RayStateManager.open(path, shards=2, shard_options={1: {"scheduling_strategy": on_gone}})
     try:
         actor = m.shard_actor(1)
-        for _ in range(10):  # a soft affinity may still pick another node at first: restart until it holds
+        for _ in range(40):  # a soft affinity may still pick another node at first: restart until it holds
             if _node(actor) == gone.node_id:
                 break
             ray.kill(actor, no_restart=False)
