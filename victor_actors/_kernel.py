@@ -379,7 +379,6 @@ class Kernel:
         if claimed is None:
             return False, None
         cell, inbox, scope = claimed
-        supervision = None
         try:
             return True, scope.step_here(req)
         finally:
