@@ -330,10 +330,10 @@ def test_sigkill_at_any_point_of_a_rewrite_leaves_the_old_or_the_new_store_whole
     with every acknowledged commit. Some kills must land before the rewrite finished."""
     rng = random.Random(11)
     outcomes = {"old": 0, "new": 0, "killed_midway": 0}
-    for round_ in range(6):
-        path = tmp_path / f"store-{round_}"
+    old = RING_A.to_json() if mode == "rekey" else "-"
+
+    def start_rewrite(path: Path) -> subprocess.Popen[bytes]:
         _fill_many(path, RING_A if mode == "rekey" else None)
-        old = RING_A.to_json() if mode == "rekey" else "-"
         child = subprocess.Popen(
             [sys.executable, "-c", _CHILD, str(path), RING_B.to_json(), old],
             stdout=subprocess.PIPE,
@@ -341,7 +341,18 @@ def test_sigkill_at_any_point_of_a_rewrite_leaves_the_old_or_the_new_store_whole
         )
         assert child.stdout is not None
         assert child.stdout.readline().strip() == b"start"
-        time.sleep(rng.uniform(0.0, 0.2))  # the kill's moment is the variable under test
+        return child
+
+    # How long one whole rewrite takes on this machine now: the kills land at fractions of it. (A
+    # fixed window of 0.2 s let every rewrite finish first on a faster machine: 80 ms here.)
+    timed = start_rewrite(tmp_path / "timed")
+    began = time.monotonic()
+    assert b"done" in timed.communicate()[0]
+    whole = time.monotonic() - began
+    for round_ in range(6):
+        path = tmp_path / f"store-{round_}"
+        child = start_rewrite(path)
+        time.sleep(rng.uniform(0.02, 0.6) * whole)  # the kill's moment is the variable under test
         child.send_signal(signal.SIGKILL)
         rest, _err = child.communicate()
         outcomes["killed_midway"] += b"done" not in rest

@@ -42,6 +42,30 @@ Expected = int | Mapping[Any, int] | None
 Parts = dict[ScopeRef, tuple[list[StateTransition], list[int]]] | None
 
 
+def _plain(batch: TransitionBatch) -> tuple[StateTransition, ...] | None:
+    """A batch's transitions if every one is a builder-made, non-BATCH transition naming no scope.
+
+    The common batch, checked in one pass: what :func:`_transitions` would
+    capture, and what ``resolve_session`` and ``split_by_scope`` would leave
+    as it is. None: the batch needs the general path (which also gives the
+    errors).
+    """
+    ts = batch.transitions
+    if ts.__class__ is not list:
+        return None
+    captured = tuple(ts)
+    for t in captured:
+        if t.__class__ is not StateTransition or t.transition_type is _BATCH:
+            return None
+        data = t.data
+        if data.__class__ is not FrozenDict or "scope" in data._data:
+            return None
+    return captured
+
+
+_BATCH = TransitionType.BATCH
+
+
 def _transitions(batch: BatchLike) -> tuple[StateTransition, ...]:
     """The transitions ``apply`` captures from what it was given, each checked: garbage is refused here."""
     if isinstance(batch, TransitionBatch):
@@ -194,8 +218,15 @@ class ScopeHandle:
         if kernel.read_only:
             raise ScopeAccessError(f"the manager is read-only; {self.ref} takes no batches")
         cell = self._cell
-        transitions = self._checked(batch, cell)
-        parts = split_by_scope(cell, transitions)
+        transitions = _plain(batch) if batch.__class__ is TransitionBatch else None
+        if transitions is None:
+            transitions = self._checked(batch, cell)
+            parts = split_by_scope(cell, transitions)
+        else:  # no transition names a scope: nothing to resolve or split
+            validate = kernel.validate
+            if validate is not None:
+                validate(cell, transitions)
+            parts = None
         if expected_version is not None and not isinstance(expected_version, int):
             parts = self._checked_scopes(expected_version, transitions, parts)
             if parts is None:
@@ -413,7 +444,9 @@ class ScopeHandle:
                 call, self._kernel, self._cell, parts, expected_version, deadline, req.run_id
             )
             return self._ran(record)
-        await self._kernel.asend(self._cell, req, req.deadline or 0.0)
+        kernel = self._kernel
+        if not kernel.try_tell(self._cell, req):  # the mailbox is full: wait for room (backpressure)
+            await kernel.asend(self._cell, req, req.deadline or 0.0)
         # A plain timer is cheaper than asyncio.timeout() on this hot path.
         timer = loop.call_later(wait, _expire, future, self.ref, wait)
         try:

@@ -37,6 +37,7 @@ class ScopeInbox(queue.Queue[Any]):
         super().__init__()
         self.outstanding = 0  # put and not yet handled to the end (the one in hand included)
         self.claimed = False  # a caller is running the scope's step on its own thread
+        self.waiting = 0  # actor threads waiting in begin() for the token (release wakes them)
         self._released = threading.Condition(self.mutex)
         # starts the actor's thread; called once, with the first message (None: started, or never will)
         self.launch: Callable[[], None] | None = None
@@ -74,13 +75,18 @@ class ScopeInbox(queue.Queue[Any]):
         """Give the token back; an actor waiting in :meth:`begin` goes on."""
         with self.mutex:
             self.claimed = False
-            self._released.notify_all()
+            if self.waiting:  # counted under the mutex, so no waiter is missed
+                self._released.notify_all()
 
     def begin(self) -> None:
         """On the actor's thread, before it handles a message: wait while a caller holds the token."""
         with self.mutex:
             while self.claimed:
-                self._released.wait()
+                self.waiting += 1
+                try:
+                    self._released.wait()
+                finally:
+                    self.waiting -= 1
 
     def done(self) -> None:
         """On the actor's thread, once a message is handled: one less outstanding."""

@@ -83,6 +83,29 @@ class RunLike(Protocol):
     def refs(self) -> set[ScopeRef]: ...
 
 
+def _send(bound: int | None, actor: pykka.ActorRef[Any], message: Any, ask: bool) -> tuple[bool, Any]:
+    """Under the cell's lock: put ``message`` in ``actor``'s mailbox; (False, None) at its bound."""
+    if bound is not None and mailbox_depth(actor) >= bound:
+        return False, None
+    if ask:
+        return True, actor.ask(message, block=False)
+    actor.tell(message)
+    return True, None
+
+
+def _claim(cell: ScopeCell, actor: pykka.ActorRef[Any]) -> tuple[ScopeCell, Any, Any] | None:
+    """Under ``cell``'s lock: take the step token of an idle scope (see :meth:`Kernel.step_here`)."""
+    inbox: Any = actor.actor_inbox
+    if cell.faults or inbox.__class__ is not ScopeInbox or not inbox.try_claim():
+        return None
+    scope: Any = actor._actor_weakref()
+    if scope is None:
+        inbox.release()
+        return None
+    cell.busy = True
+    return cell, inbox, scope
+
+
 class Kernel:
     """Shared state and message transport of one runtime (one manager)."""
 
@@ -274,16 +297,12 @@ class Kernel:
     def _try_send(self, cell: ScopeCell, message: Any, ask: bool) -> tuple[bool, Any]:
         """Put ``message`` in the live actor's mailbox; (False, None) when the mailbox is at its bound."""
 
-        def send(cell: ScopeCell, actor: pykka.ActorRef[Any]) -> tuple[bool, Any]:
-            bound = self.options.mailbox_size
-            if bound is not None and mailbox_depth(actor) >= bound:
-                return False, None
-            if ask:
-                return True, actor.ask(message, block=False)
-            actor.tell(message)
-            return True, None
-
-        return self._at_actor(cell, send)
+        bound = self.options.mailbox_size
+        with cell.lock:  # the common case of _at_actor, in line: a live cell with its actor running
+            actor = cell.actor
+            if not cell.evicted and actor is not None:
+                return _send(bound, actor, message, ask)
+        return self._at_actor(cell, lambda _cell, actor: _send(bound, actor, message, ask))
 
     def _full(self, ref: ScopeRef, deadline: float) -> float:
         """The mailbox is full: raise, or say how long to wait before trying again."""
@@ -364,18 +383,16 @@ class Kernel:
         have had the actor taken the step.
         """
 
-        def claim(cell: ScopeCell, actor: pykka.ActorRef[Any]) -> tuple[ScopeCell, Any, Any] | None:
-            inbox: Any = actor.actor_inbox
-            if cell.faults or inbox.__class__ is not ScopeInbox or not inbox.try_claim():
-                return None
-            scope: Any = actor._actor_weakref()
-            if scope is None:
-                inbox.release()
-                return None
-            cell.busy = True
-            return cell, inbox, scope
-
-        claimed = self._at_actor(cell, claim)
+        claimed: tuple[ScopeCell, Any, Any] | None = None
+        general = False
+        with cell.lock:  # the common case of _at_actor, in line: a live cell with its actor running
+            actor = cell.actor
+            if cell.evicted or actor is None:
+                general = True
+            else:
+                claimed = _claim(cell, actor)
+        if general:
+            claimed = self._at_actor(cell, _claim)
         if claimed is None:
             return False, None
         cell, inbox, scope = claimed
@@ -403,6 +420,17 @@ class Kernel:
                 if sent:
                     return future
                 time.sleep(self._full(cell.state.ref, deadline))
+        except pykka.ActorDeadError:
+            raise self.dead(cell.state.ref) from None
+
+    def try_tell(self, cell: ScopeCell, message: Any) -> bool:
+        """Put ``message`` in the mailbox if it has room (no waiting); False at its bound.
+
+        Raises:
+            RuntimeClosedError, ScopeFailedError: the scope takes no messages.
+        """
+        try:
+            return self._try_send(cell, message, False)[0]
         except pykka.ActorDeadError:
             raise self.dead(cell.state.ref) from None
 

@@ -134,6 +134,9 @@ class TransitionType(enum.StrEnum):
         return self.value
 
 
+_UPDATE_STATE = TransitionType.UPDATE_STATE
+_ADD_MESSAGE = TransitionType.ADD_MESSAGE
+
 # For each type: (required fields, optional fields). Anything else is an error.
 _FIELDS: dict[TransitionType, tuple[frozenset[str], frozenset[str]]] = {
     TransitionType.ADD_MESSAGE: (frozenset({"message"}), frozenset({"scope"})),
@@ -295,6 +298,35 @@ _MAP_HEADER = 5  # as _values' bound: at most 5 bytes of msgpack header per map,
 _EMPTY_META = FrozenDict._wrap({})
 
 
+def _fast(ttype: TransitionType, key: str, name: str, value: Any) -> StateTransition:
+    """A ``{"key": key, name: value}`` transition without a scope, made as ``StateTransition(...)`` makes it.
+
+    The builders' common case (``update_state("k", v)``, ``add_message(m)``
+    with no key) skips the generic field checks, which cannot fail for it:
+    the fields are fixed here, ``key`` is a non-empty ASCII ``str`` (the
+    caller checks) and the value is frozen and measured by the same walk.
+    The frozen data, its height and its size bound are those ``_validate``
+    gives (tests/test_request_path.py compares the two).
+    """
+    try:
+        frozen, below, bound = freeze_measured(value, name)
+    except TransitionValidationError as exc:
+        raise _bad(ttype, name, f"holds a value that cannot be stored: {exc}") from None
+    if key:
+        data = {"key": key, name: frozen}
+        # as _validate: a map header, then per field its bound, a header and 4 bytes per name character
+        size = 3 * _MAP_HEADER + _MAP_HEADER + len(key) + 12 + bound + 4 * len(name)
+    else:
+        data = {name: frozen}
+        size = 2 * _MAP_HEADER + bound + 4 * len(name)
+    t = _new(StateTransition)
+    _init(t, ttype, FrozenDict._wrap(data, below + 1, size), _EMPTY_META)
+    return t
+
+
+_new = object.__new__
+
+
 @attrs.frozen(slots=True, init=False)
 class StateTransition:
     """One state change or side-effect request, validated and frozen on creation.
@@ -382,6 +414,9 @@ class StateTransition:
             yield self
 
 
+_init = StateTransition.__attrs_init__
+
+
 class TransitionBatch:
     """An ordered batch of transitions, applied all or nothing.
 
@@ -399,14 +434,18 @@ class TransitionBatch:
         transitions: Iterable[StateTransition] = (),
         metadata: Mapping[str, Any] | None = None,
     ) -> None:
-        self.transitions: list[StateTransition] = list(transitions)
+        if transitions.__class__ is tuple and not transitions and metadata is None:  # TransitionBatch()
+            self.transitions: list[StateTransition] = []
+            self.metadata: dict[str, Any] = {}
+            return
+        self.transitions = list(transitions)
         for t in self.transitions:
             if not isinstance(t, StateTransition):
                 raise TransitionValidationError(
                     f"a batch holds StateTransition objects, not {type(t).__name__}",
                     field="transitions",
                 )
-        self.metadata: dict[str, Any] = dict(metadata or {})
+        self.metadata = dict(metadata or {})
 
     def add(self, transition: StateTransition) -> TransitionBatch:
         """Append a transition made elsewhere."""
@@ -425,6 +464,13 @@ class TransitionBatch:
     def add_message(
         self, message: Any, *, scope: StateScope | ScopeRef | str | None = None
     ) -> TransitionBatch:
+        if scope is None:
+            self.transitions.append(
+                _fast(_ADD_MESSAGE, "", "message", message)
+                if message is not None
+                else StateTransition(_ADD_MESSAGE, {"message": message})
+            )
+            return self
         return self._push(TransitionType.ADD_MESSAGE, {"message": message, "scope": scope})
 
     def add_messages(
@@ -435,6 +481,9 @@ class TransitionBatch:
     def update_state(
         self, key: str, value: Any, scope: StateScope | ScopeRef | str | None = None
     ) -> TransitionBatch:
+        if scope is None and key.__class__ is str and key and key.isascii():
+            self.transitions.append(_fast(_UPDATE_STATE, key, "value", value))
+            return self
         return self._push(TransitionType.UPDATE_STATE, {"key": key, "value": value, "scope": scope})
 
     def delete_state(self, key: str, scope: StateScope | ScopeRef | str | None = None) -> TransitionBatch:

@@ -67,6 +67,9 @@ def _check_target(state: ScopeState, target: str) -> None:
     )
 
 
+_change = tuple.__new__  # KeyChange's fields as one tuple: a named tuple's __new__ without its call
+
+
 def _changes(before: dict[str, Any], after: Any) -> tuple[KeyChange, ...]:
     if not before:
         return ()
@@ -77,11 +80,11 @@ def _changes(before: dict[str, Any], after: Any) -> tuple[KeyChange, ...]:
         if old is _ABSENT:
             if new is _ABSENT:
                 continue  # deleted a key that was never there: no change
-            out.append(KeyChange(key, None, new, False, True))
+            out.append(_change(KeyChange, (key, None, new, False, True)))
         elif new is _ABSENT:
-            out.append(KeyChange(key, old, None, True, False))
+            out.append(_change(KeyChange, (key, old, None, True, False)))
         else:
-            out.append(KeyChange(key, old, new, True, True))
+            out.append(_change(KeyChange, (key, old, new, True, True)))
     return tuple(out)
 
 
@@ -259,36 +262,37 @@ def reduce(
     messages = state.messages
     if removed:
         messages = messages.truncated(keep)
+    # positional: the fields in ScopeState's and StateChanged's order (keywords cost a third more)
     new_state = ScopeState(
-        ref=state.ref,
-        lineage=state.lineage,
-        version=new_version,
-        values=new_values,
-        messages=messages.extended(added),
-        capabilities=new_caps,
-        stage=stage,
-        closed=closed,
-        pending_tools=state.pending_tools if pending is None else pending.finish(),
-        sessions=state.sessions if sessions is None else sessions.finish(),
+        state.ref,
+        state.lineage,
+        new_version,
+        new_values,
+        messages.extended(added),
+        new_caps,
+        stage,
+        closed,
+        state.pending_tools if pending is None else pending.finish(),
+        state.sessions if sessions is None else sessions.finish(),
     )
     record = StateChanged(
-        ref=state.ref,
-        commit_id=commit_id,
-        old_version=state.version,
-        new_version=new_version,
-        transitions=tuple(transitions),
-        changes=changes,
-        capability_changes=cap_changes,
-        added_messages=tuple(added),
-        first_message_index=keep,
-        removed_messages=state.messages[keep:] if removed else (),
-        old_stage=state.stage if stage_set else None,
-        new_stage=stage if stage_set else None,
-        tool_requests=tuple(tool_requests),
-        sessions_created=tuple(created),
-        closed=closed,
-        run_id=run_id,
-        timestamp=timestamp,
+        state.ref,
+        commit_id,
+        state.version,
+        new_version,
+        tuple(transitions),
+        changes,
+        cap_changes,
+        tuple(added),
+        keep,
+        state.messages[keep:] if removed else (),
+        state.stage if stage_set else None,
+        stage if stage_set else None,
+        tuple(tool_requests),
+        tuple(created),
+        closed,
+        run_id,
+        timestamp,
     )
     return new_state, record
 
