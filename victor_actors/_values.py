@@ -97,11 +97,11 @@ class FrozenDict(Mapping[str, Any]):
         # Internal: ``data`` is already frozen and owned by nobody else.
         if height is None:
             height = 1 + max((_height(v) for v in data.values()), default=0)
-        self = cls.__new__(cls)
-        object.__setattr__(self, "_data", data)
-        object.__setattr__(self, "_hash", None)
-        object.__setattr__(self, "_height", height)
-        object.__setattr__(self, "_size", size)
+        self = _new(cls)
+        _set_data(self, data)  # the slots' own setters: object.__setattr__ costs twice as much
+        _set_hash(self, None)
+        _set_height(self, height)
+        _set_size(self, size)
         return self
 
     def __setattr__(self, name: str, value: Any) -> NoReturn:
@@ -147,6 +147,13 @@ class FrozenDict(Mapping[str, Any]):
     def thaw(self) -> dict[str, Any]:
         """Return a mutable deep copy as plain dicts and lists."""
         return {key: thaw(item) for key, item in self._data.items()}
+
+
+_new = object.__new__
+_set_data = FrozenDict.__dict__["_data"].__set__
+_set_hash = FrozenDict.__dict__["_hash"].__set__
+_set_height = FrozenDict.__dict__["_height"].__set__
+_set_size = FrozenDict.__dict__["_size"].__set__
 
 
 def _height(value: Any) -> int:
@@ -250,7 +257,7 @@ def _freeze(value: Any, path: str, depth: int) -> tuple[Any, int, int]:
         if typed is not None:
             frozen, height = typed(value, path, depth)
             return frozen, height, size_bound(frozen)
-    if isinstance(value, Mapping):
+    if cls is dict or isinstance(value, Mapping):  # a dict skips the ABC's instance check
         out: dict[str, Any] = {}
         height = 0
         size = _HEADER
@@ -267,7 +274,7 @@ def _freeze(value: Any, path: str, depth: int) -> tuple[Any, int, int]:
             height = max(height, below)
             size += bound + _HEADER + 4 * len(key)
         return FrozenDict._wrap(out, height + 1, size), height + 1, size
-    if isinstance(value, (list, tuple)):
+    if cls is list or cls is tuple or isinstance(value, (list, tuple)):
         items = []
         height = 0
         size = _HEADER

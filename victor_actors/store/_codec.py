@@ -129,6 +129,8 @@ _EXT_TAGGED = 1
 
 
 def _default(obj: Any) -> Any:
+    if obj.__class__ is FrozenDict:
+        return obj._data
     if obj.__class__ is TaggedValue:
         inner = msgpack.packb((obj.tag, obj._data), default=_default, use_bin_type=True)
         return msgpack.ExtType(_EXT_TAGGED, inner)

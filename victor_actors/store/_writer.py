@@ -198,22 +198,33 @@ class GroupCommitWriter:
                 "the store's write-ahead log failed under an earlier commit, so the store takes no more "
                 "writes (reopen it: recovery settles that commit); nothing was written"
             )
-        job = _Job(ops, wait)
+        job = _Job(ops, False)
+        alone = False
         with self._cond:
-            self._pending.append(job)
-            if not wait:
-                self._async_queued += 1
-                if self._async_queued == 1:
-                    self._flusher_cond.notify()  # the flusher has work
-                return
-            lead = not self._leading
-            if lead:
-                self._leading = True
-        if not lead:
-            assert job.wake is not None
-            job.wake.acquire()  # released when the job is done, or when this thread is to lead
-        if not job.done:
-            self._lead(job)
+            if wait and not self._leading and not self._pending:
+                self._leading = True  # nothing queued, nobody leading: a round of this job alone
+                alone = True
+            else:
+                if wait:  # its waiter sleeps on it (see _lead)
+                    job.wake = threading.Lock()
+                    job.wake.acquire()
+                self._pending.append(job)
+                if not wait:
+                    self._async_queued += 1
+                    if self._async_queued == 1:
+                        self._flusher_cond.notify()  # the flusher has work
+                    return
+                lead = not self._leading
+                if lead:
+                    self._leading = True
+        if alone:
+            self._lead_alone(job)
+        else:
+            if not lead:
+                assert job.wake is not None
+                job.wake.acquire()  # released when the job is done, or when this thread is to lead
+            if not job.done:
+                self._lead(job)
         if (hooks := _trace.hooks) is not None:
             hooks.group_commit(job.size)
         if isinstance(job.error, _Uncertain):
@@ -266,6 +277,32 @@ class GroupCommitWriter:
                 for done in batch:
                     if done.wake is not None and done is not job:
                         done.wake.release()
+
+    def _lead_alone(self, job: _Job) -> None:
+        """:meth:`_lead` for a job that found nothing queued: one round of it, then the lead passes on.
+
+        The common case of a lone writer (one caller committing at a time):
+        no lock of its own to sleep on and no queue to take it from.
+        Anything queued while it committed goes to the first waiter, as
+        :meth:`_lead` hands over.
+        """
+        cond = self._cond
+        try:
+            self._commit([job])
+        except BaseException as exc:  # as in _lead: the writer's own failure, reported and raised
+            if not job.done:
+                job.error, job.done = exc, True
+            with cond:
+                self._leading = False
+                cond.notify_all()
+            raise
+        with cond:
+            successor = next((j for j in self._pending if j.wake is not None), None)
+            if successor is None:
+                self._leading = False
+                cond.notify_all()  # a flush or the flusher waiting for the lead
+            else:
+                successor.wake.release()  # type: ignore[union-attr]
 
     def _lead_until_done(self, job: _Job | None) -> None:
         """Take the lead (waiting while another thread has it), then lead until ``job`` is done."""
