@@ -445,7 +445,9 @@ class ScopeHandle:
             )
             return self._ran(record)
         kernel = self._kernel
-        if not kernel.try_tell(self._cell, req):  # the mailbox is full: wait for room (backpressure)
+        # an idle scope whose commit does not wait for the disk: a pool thread takes the step
+        # (ADR 0036); otherwise the request goes to the actor (a full mailbox: wait for room)
+        if not kernel.step_soon(self._cell, req) and not kernel.try_tell(self._cell, req):
             await kernel.asend(self._cell, req, req.deadline or 0.0)
         # A plain timer is cheaper than asyncio.timeout() on this hot path.
         timer = loop.call_later(wait, _expire, future, self.ref, wait)

@@ -19,6 +19,7 @@ needs one, it declares a ``Protocol`` and the layer above passes itself in.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import itertools
 import os
 import threading
@@ -93,6 +94,18 @@ def _send(bound: int | None, actor: pykka.ActorRef[Any], message: Any, ask: bool
     return True, None
 
 
+def _end_step(cell: ScopeCell, inbox: Any, scope: Any, timeout: float) -> None:
+    """A step taken off the actor's thread is over: the token back, then a real fault's supervision."""
+    supervision, scope.supervision = scope.supervision, None
+    cell.busy = False
+    inbox.release()
+    if supervision is not None:
+        try:
+            supervision.get(timeout=timeout)
+        except Exception:  # the failure is the caller's answer; supervision logs its own
+            pass
+
+
 def _claim(cell: ScopeCell, actor: pykka.ActorRef[Any]) -> tuple[ScopeCell, Any, Any] | None:
     """Under ``cell``'s lock: take the step token of an idle scope (see :meth:`Kernel.step_here`)."""
     inbox: Any = actor.actor_inbox
@@ -116,6 +129,9 @@ class Kernel:
         self.durability = options.durability if store is not None else "memory"
         self.closed = False
         self.forked = False  # this process is a fork of the one that opened the manager
+        # runs asyncio callers' steps on idle scopes whose commits never wait for the disk (ADR 0036)
+        self._pool: concurrent.futures.ThreadPoolExecutor | None = None
+        self._pool_lock = threading.Lock()
         self.closed_reason: str | None = None
         self.lock = threading.RLock()  # guards the registry, the child lists and the subscriptions
         self.cells: dict[ScopeRef, ScopeCell] = {}  # resident scopes only
@@ -399,14 +415,77 @@ class Kernel:
         try:
             return True, scope.step_here(req)
         finally:
-            supervision, scope.supervision = scope.supervision, None
-            cell.busy = False
-            inbox.release()
-            if supervision is not None:
-                try:
-                    supervision.get(timeout=timeout)
-                except Exception:  # the failure is the caller's answer; supervision logs its own
-                    pass
+            _end_step(cell, inbox, scope, timeout)
+
+    def _claim_step(self, cell: ScopeCell) -> tuple[ScopeCell, Any, Any] | None:
+        """The step token of ``cell``'s scope if it is idle (see :meth:`step_here`); None if not."""
+        with cell.lock:
+            actor = cell.actor
+            if not cell.evicted and actor is not None:
+                return _claim(cell, actor)
+        return self._at_actor(cell, _claim)
+
+    def step_soon(self, cell: ScopeCell, req: ApplyRequest) -> bool:
+        """Run an asyncio caller's ``req`` on the step pool if its scope is idle (ADR 0036).
+
+        Only a request whose commit never waits for the disk (an in-memory
+        manager, or a scope in ``async`` or ``manual`` durability), with an
+        asyncio reply and no trace: the pool thread takes the scope's step
+        as a blocking caller would (ADR 0032) and answers through the
+        request's reply. The event loop never runs the step. False: the
+        scope is not idle (or the pool is shut): send the request instead.
+        """
+        if cell.durability == "sync" or req.trace is not None or req.reply is None:
+            return False
+        claimed = self._claim_step(cell)
+        if claimed is None:
+            return False
+        pool = self._step_pool()
+        try:
+            if pool is None:
+                raise RuntimeError("the step pool is shut")
+            pool.submit(self._run_claimed, claimed, req)
+        except RuntimeError:  # the manager closed meanwhile: give the step back; the send decides
+            _end_step(*claimed, 0.0)
+            return False
+        return True
+
+    def _step_pool(self) -> concurrent.futures.ThreadPoolExecutor | None:
+        pool = self._pool
+        if pool is None:
+            with self._pool_lock:
+                if self._pool is None and not self.closed:
+                    self._pool = concurrent.futures.ThreadPoolExecutor(
+                        max_workers=2, thread_name_prefix="victor-actors-step"
+                    )
+                pool = self._pool
+        return pool
+
+    def _run_claimed(self, claimed: tuple[ScopeCell, Any, Any], req: ApplyRequest) -> None:
+        """On a pool thread: the claimed scope's step for ``req``, then its answer."""
+        cell, inbox, scope = claimed
+        reply = req.reply
+        assert reply is not None
+        record: Any = None
+        error: BaseException | None = None
+        try:
+            record = scope.step_here(req)
+        except Exception as exc:  # the caller's answer, as the actor would give it
+            error = exc
+        finally:
+            wait = 0.0 if req.deadline is None else max(_clock.remaining(req.deadline), 0.0)
+            _end_step(cell, inbox, scope, wait)
+        if error is not None:
+            reply.fail(error)
+        else:
+            reply.ok(record)
+
+    def shut_steps(self) -> None:
+        """Wait for the step pool's steps in progress, and take no more (on close)."""
+        with self._pool_lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=True)
 
     def post(self, cell: ScopeCell, message: Any, deadline: float) -> Any:
         """Put ``message`` in the mailbox and return the pykka future of its answer, without waiting.

@@ -253,6 +253,7 @@ class Runtime:
                 f.get(timeout=max(deadline - time.monotonic(), 0.0))
             except pykka.Timeout:
                 pass
+        kernel.shut_steps()  # asyncio callers' steps in progress on the pool (ADR 0036)
         kernel.bus.close(timeout)
         if kernel.store is not None:
             kernel.store.close()  # flushes what async mode still holds
