@@ -106,6 +106,13 @@ def _end_step(cell: ScopeCell, inbox: Any, scope: Any, timeout: float) -> None:
             pass
 
 
+def _claim_unlaunched(cell: ScopeCell, actor: pykka.ActorRef[Any]) -> tuple[ScopeCell, Any, Any] | None:
+    """:func:`_claim`, for a scope whose actor's thread was never started (its inbox can still launch it)."""
+    if getattr(actor.actor_inbox, "launch", None) is None:
+        return None
+    return _claim(cell, actor)
+
+
 def _claim(cell: ScopeCell, actor: pykka.ActorRef[Any]) -> tuple[ScopeCell, Any, Any] | None:
     """Under ``cell``'s lock: take the step token of an idle scope (see :meth:`Kernel.step_here`)."""
     inbox: Any = actor.actor_inbox
@@ -418,25 +425,30 @@ class Kernel:
             _end_step(cell, inbox, scope, timeout)
 
     def _claim_step(self, cell: ScopeCell) -> tuple[ScopeCell, Any, Any] | None:
-        """The step token of ``cell``'s scope if it is idle (see :meth:`step_here`); None if not."""
+        """The step token of ``cell``'s scope if it is idle and its actor's thread never started."""
         with cell.lock:
             actor = cell.actor
             if not cell.evicted and actor is not None:
-                return _claim(cell, actor)
-        return self._at_actor(cell, _claim)
+                return _claim_unlaunched(cell, actor)
+        return self._at_actor(cell, _claim_unlaunched)
 
     def step_soon(self, cell: ScopeCell, req: ApplyRequest) -> bool:
         """Run an asyncio caller's ``req`` on the step pool if its scope is idle (ADR 0036).
 
         Only a request whose commit never waits for the disk (an in-memory
         manager, or a scope in ``async`` or ``manual`` durability), with an
-        asyncio reply and no trace: the pool thread takes the scope's step
+        asyncio reply and no trace, to a scope whose actor's thread never
+        started (once it runs, a hand-off to it costs what one to the pool
+        does, and a burst keeps one thread): the pool thread takes the scope's step
         as a blocking caller would (ADR 0032) and answers through the
         request's reply. The event loop never runs the step. False: the
         scope is not idle (or the pool is shut): send the request instead.
         """
         if cell.durability == "sync" or req.trace is not None or req.reply is None:
             return False
+        actor = cell.actor  # read without the lock: the claim checks again under it
+        if actor is not None and getattr(actor.actor_inbox, "launch", None) is None:
+            return False  # its thread runs: the request goes to it
         claimed = self._claim_step(cell)
         if claimed is None:
             return False
