@@ -247,14 +247,7 @@ class GroupCommitWriter:
         while True:
             with cond:
                 if job is not None and job.done:
-                    # hand over to the first waiter still queued; jobs nobody waits for (async)
-                    # are the flusher's, within flush_interval: a waiter never stays to lead them
-                    successor = next((j for j in self._pending if j.wake is not None), None)
-                    if successor is None:
-                        self._leading = False
-                        cond.notify_all()  # a flush or the flusher waiting for the lead
-                        return
-                    successor.wake.release()  # type: ignore[union-attr]
+                    self._pass_lead()
                     return
                 if job is None and not self._pending:
                     self._leading = False
@@ -266,12 +259,7 @@ class GroupCommitWriter:
             try:
                 self._commit(batch)
             except BaseException as exc:  # _commit reports store errors to the jobs; this is worse
-                for failed in batch:
-                    if not failed.done:
-                        failed.error, failed.done = exc, True
-                with cond:
-                    self._leading = False
-                    cond.notify_all()
+                self._round_failed(batch, exc)
                 raise
             finally:
                 for done in batch:
@@ -286,23 +274,37 @@ class GroupCommitWriter:
         Anything queued while it committed goes to the first waiter, as
         :meth:`_lead` hands over.
         """
-        cond = self._cond
         try:
             self._commit([job])
         except BaseException as exc:  # as in _lead: the writer's own failure, reported and raised
-            if not job.done:
-                job.error, job.done = exc, True
-            with cond:
-                self._leading = False
-                cond.notify_all()
+            self._round_failed([job], exc)
             raise
-        with cond:
-            successor = next((j for j in self._pending if j.wake is not None), None)
-            if successor is None:
-                self._leading = False
-                cond.notify_all()  # a flush or the flusher waiting for the lead
-            else:
-                successor.wake.release()  # type: ignore[union-attr]
+        with self._cond:
+            self._pass_lead()
+
+    def _round_failed(self, jobs: list[_Job], exc: BaseException) -> None:
+        """The writer's own failure in a round (``_commit`` reports store errors to its jobs): every
+        job of the round not done fails with it, and the lead is let go."""
+        for failed in jobs:
+            if not failed.done:
+                failed.error, failed.done = exc, True
+        with self._cond:
+            self._leading = False
+            self._cond.notify_all()
+
+    def _pass_lead(self) -> None:
+        """Under ``_cond``, this thread's job done: the lead goes to the first waiter still queued.
+
+        Its round takes the jobs queued before it too. With no waiter the lead
+        is let go: jobs nobody waits for (async) are the flusher's, within
+        ``flush_interval``, and a waiter never stays to lead them.
+        """
+        successor = next((j for j in self._pending if j.wake is not None), None)
+        if successor is None:
+            self._leading = False
+            self._cond.notify_all()  # a flush or the flusher waiting for the lead
+        else:
+            successor.wake.release()  # type: ignore[union-attr]
 
     def _lead_until_done(self, job: _Job | None) -> None:
         """Take the lead (waiting while another thread has it), then lead until ``job`` is done."""
