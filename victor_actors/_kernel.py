@@ -25,6 +25,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterable
+from functools import partial
 from typing import Any, Protocol, TypeVar
 
 import pykka
@@ -84,7 +85,9 @@ class RunLike(Protocol):
     def refs(self) -> set[ScopeRef]: ...
 
 
-def _send(bound: int | None, actor: pykka.ActorRef[Any], message: Any, ask: bool) -> tuple[bool, Any]:
+def _send(
+    bound: int | None, message: Any, ask: bool, _cell: ScopeCell, actor: pykka.ActorRef[Any]
+) -> tuple[bool, Any]:
     """Under the cell's lock: put ``message`` in ``actor``'s mailbox; (False, None) at its bound."""
     if bound is not None and mailbox_depth(actor) >= bound:
         return False, None
@@ -298,6 +301,10 @@ class Kernel:
         Raises:
             ScopeFailedError: the scope has no actor and nothing can start one.
         """
+        with cell.lock:  # the common case first: a live cell with its actor running
+            actor = cell.actor
+            if actor is not None and not cell.evicted:
+                return fn(cell, actor)
         activated = False
         try:
             while True:
@@ -320,12 +327,7 @@ class Kernel:
     def _try_send(self, cell: ScopeCell, message: Any, ask: bool) -> tuple[bool, Any]:
         """Put ``message`` in the live actor's mailbox; (False, None) when the mailbox is at its bound."""
 
-        bound = self.options.mailbox_size
-        with cell.lock:  # the common case of _at_actor, in line: a live cell with its actor running
-            actor = cell.actor
-            if not cell.evicted and actor is not None:
-                return _send(bound, actor, message, ask)
-        return self._at_actor(cell, lambda _cell, actor: _send(bound, actor, message, ask))
+        return self._at_actor(cell, partial(_send, self.options.mailbox_size, message, ask))
 
     def _full(self, ref: ScopeRef, deadline: float) -> float:
         """The mailbox is full: raise, or say how long to wait before trying again."""
@@ -406,16 +408,7 @@ class Kernel:
         have had the actor taken the step.
         """
 
-        claimed: tuple[ScopeCell, Any, Any] | None = None
-        general = False
-        with cell.lock:  # the common case of _at_actor, in line: a live cell with its actor running
-            actor = cell.actor
-            if cell.evicted or actor is None:
-                general = True
-            else:
-                claimed = _claim(cell, actor)
-        if general:
-            claimed = self._at_actor(cell, _claim)
+        claimed = self._at_actor(cell, _claim)
         if claimed is None:
             return False, None
         cell, inbox, scope = claimed
@@ -423,14 +416,6 @@ class Kernel:
             return True, scope.step_here(req)
         finally:
             _end_step(cell, inbox, scope, timeout)
-
-    def _claim_step(self, cell: ScopeCell) -> tuple[ScopeCell, Any, Any] | None:
-        """The step token of ``cell``'s scope if it is idle and its actor's thread never started."""
-        with cell.lock:
-            actor = cell.actor
-            if not cell.evicted and actor is not None:
-                return _claim_unlaunched(cell, actor)
-        return self._at_actor(cell, _claim_unlaunched)
 
     def step_soon(self, cell: ScopeCell, req: ApplyRequest) -> bool:
         """Run an asyncio caller's ``req`` on the step pool if its scope is idle (ADR 0036).
@@ -449,7 +434,7 @@ class Kernel:
         actor = cell.actor  # read without the lock: the claim checks again under it
         if actor is not None and getattr(actor.actor_inbox, "launch", None) is None:
             return False  # its thread runs: the request goes to it
-        claimed = self._claim_step(cell)
+        claimed = self._at_actor(cell, _claim_unlaunched)
         if claimed is None:
             return False
         pool = self._step_pool()

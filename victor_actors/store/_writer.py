@@ -133,17 +133,15 @@ class _Uncertain(VictorActorsError):
 class _Job:
     __slots__ = ("done", "error", "ops", "queued", "size", "wake")
 
-    def __init__(self, ops: list[TxnOp], waited: bool) -> None:
+    def __init__(self, ops: list[TxnOp]) -> None:
         self.ops = ops
         self.done = False
         self.error: BaseException | None = None
         self.queued = time.monotonic()
         self.size = 0  # jobs in the transaction that committed it
-        # held while its waiter sleeps; released once, when the job is done or its waiter is to lead
+        # held while its waiter sleeps, queued behind others (None: nobody waits, or it leads alone);
+        # released once, when the job is done or its waiter is to lead
         self.wake: threading.Lock | None = None
-        if waited:
-            self.wake = threading.Lock()
-            self.wake.acquire()
 
 
 class GroupCommitWriter:
@@ -198,7 +196,7 @@ class GroupCommitWriter:
                 "the store's write-ahead log failed under an earlier commit, so the store takes no more "
                 "writes (reopen it: recovery settles that commit); nothing was written"
             )
-        job = _Job(ops, False)
+        job = _Job(ops)
         alone = False
         with self._cond:
             if wait and not self._leading and not self._pending:
